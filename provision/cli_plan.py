@@ -1,0 +1,139 @@
+"""`provision plan` and `provision matrix …`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from provision.commands.matrix import TOPICS
+from provision.output import dumps_json, dumps_yaml, markdown_table, print_table
+from provision.plan import PlanRequest
+
+compat_option = click.option(
+    "--compat-dir", type=click.Path(file_okay=False), default=None,
+    help="Compatibility data to use instead of the built-in compat/.",
+)
+
+
+def load(ctx: click.Context, compat_dir: str | None):
+    from provision.matrix.cache import load_cached
+    from provision.resources import compat_dir as find
+
+    explicit = compat_dir or (ctx.obj or {}).get("compat_dir")
+    return load_cached(find(explicit))
+
+
+@click.command("plan")
+@click.option("--os", "os_id", required=True, metavar="OS", help="Host OS id: ubuntu22.04, rocky9, … (provision matrix os).")
+@click.option("--gpu", required=True, metavar="GPU", help="GPU id: a100-pcie, h100-sxm, … (provision matrix gpus).")
+@click.option("--driver", metavar="BRANCH|RELEASE", help="Pin the driver branch (580) or release (580.95.05).")
+@click.option("--cuda", metavar="X.Y[.Z]", help="Pin the CUDA version (12.4 or 12.4.1).")
+@click.option("--cudnn", metavar="VERSION", help="Pin the cuDNN major (9), minor (9.1) or build (9.1.0.70).")
+@click.option("--framework", metavar="NAME[==VERSION]", help="Plan a framework build: pytorch==2.5.1, tensorflow==2.15.0.")
+@click.option("--policy", type=click.Choice(["lts", "latest"]), default="lts", show_default=True,
+              help="lts: long-term support and production branches; latest: the newest branch.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "yaml"]), default="table", show_default=True)
+@click.option("--lock", type=click.Path(dir_okay=False, writable=True), help="Also write the plan (JSON) to this lock file.")
+@compat_option
+@click.pass_context
+def plan_cmd(ctx, os_id, gpu, driver, cuda, cudnn, framework, policy, fmt, lock, compat_dir):
+    """Resolve driver, kernel modules, CUDA, cuDNN, framework and image for an OS and a GPU.
+
+    Every choice comes with its reason; an impossible combination is refused with the
+    candidates tried and the pin changes that would work (exit 2).
+    """
+    from provision.commands.plan import plan, plan_rows
+
+    matrix = load(ctx, compat_dir)
+    request = PlanRequest(os=os_id, gpu=gpu, driver=driver, cuda=cuda, cudnn=cudnn, framework=framework, policy=policy)
+    result = plan(request, matrix=matrix, lock=Path(lock) if lock else None)
+    p = result.plan
+    if fmt == "json":
+        sys.stdout.write(dumps_json(p.to_dict()))
+    elif fmt == "yaml":
+        sys.stdout.write(dumps_yaml(p.to_dict()))
+    else:
+        print_table(("component", "choice"), plan_rows(p), title=f"Plan: {p.gpu.id} on {p.os.id}")
+        click.echo("\nwhy:")
+        for r in p.reasons:
+            click.echo(f"  [{r.component}] {r.text}")
+    if lock:
+        click.echo(f"wrote {lock}", err=True)
+    return 0
+
+
+@click.group("matrix")
+def matrix_group():
+    """List the compatibility catalogue, or check it end to end."""
+
+
+def _listing_command(topic: str) -> click.Command:
+    @click.command(topic, help=f"List the catalogued {topic}.")
+    @click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True)
+    @compat_option
+    @click.pass_context
+    def command(ctx, fmt, compat_dir):
+        from provision.commands.matrix import listing
+
+        result = listing(load(ctx, compat_dir), topic)
+        if fmt == "json":
+            sys.stdout.write(dumps_json(result.records))
+        elif fmt == "markdown":
+            sys.stdout.write(f"### {result.title}\n\n" + markdown_table(result.headers, result.rows))
+        else:
+            print_table(result.headers, result.rows, title=result.title)
+        return 0
+
+    return command
+
+
+for _topic in TOPICS:
+    matrix_group.add_command(_listing_command(_topic))
+
+
+@matrix_group.command("check")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True)
+@compat_option
+@click.pass_context
+def check_cmd(ctx, fmt, compat_dir):
+    """Check data invariants and resolve every catalogued request.
+
+    Resolves each (os, gpu), (os, gpu, cuda) and (os, gpu, framework version) request, prints
+    how many resolve and the refusals by rule. Exit 1 when an invariant is broken (dangling
+    id, unsorted versions, missing minimum driver or source) or an (os, gpu) pair neither
+    resolves nor is declared in unsupported.yaml.
+    """
+    from provision.commands.matrix import check
+    from provision.matrix.loader import build, read_raw
+    from provision.resources import compat_dir as find
+
+    directory = find(compat_dir or (ctx.obj or {}).get("compat_dir"))
+    raw = read_raw(directory)
+    result = check(build(raw), raw)
+    doc = {
+        "ok": result.ok,
+        "seconds": round(result.seconds, 3),
+        "requests": result.groups,
+        "refusals_by_rule": dict(result.refusals.most_common()),
+        "problems": [str(p) for p in result.problems],
+        "unresolved_pairs": [{"os": o, "gpu": g, "reason": r} for o, g, r in result.unresolved_pairs],
+    }
+    if fmt == "json":
+        sys.stdout.write(dumps_json(doc))
+    else:
+        rows = [(k, v["resolved"], v["refused"], v["not applicable"]) for k, v in result.groups.items()]
+        rules = [(k, v) for k, v in result.refusals.most_common()]
+        if fmt == "markdown":
+            sys.stdout.write(markdown_table(("request", "resolved", "refused", "not applicable"), rows) + "\n")
+            sys.stdout.write(markdown_table(("rule that eliminated candidates", "refused requests"), rules))
+        else:
+            print_table(("request", "resolved", "refused", "not applicable"), rows, title="provision matrix check")
+            print_table(("rule that eliminated candidates", "refused requests"), rules)
+        for p in result.problems:
+            click.echo(f"problem: {p}")
+        for o, g, r in result.unresolved_pairs:
+            click.echo(f"unresolved: {g} on {o} ({r}); resolve it or declare it in unsupported.yaml")
+        click.echo(f"{'ok' if result.ok else 'FAILED'} in {result.seconds:.2f}s")
+    return 0 if result.ok else 1

@@ -1,0 +1,194 @@
+"""`provision matrix …`: list the catalogue, and check it end to end."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from provision.errors import InputError, NoCompatibleStack
+from provision.matrix.invariants import Problem, check_invariants
+from provision.matrix.model import Matrix
+from provision.plan import PlanRequest
+from provision.versions import major_minor
+
+TOPICS = ("gpus", "os", "drivers", "cuda", "cudnn", "frameworks", "images")
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    title: str
+    headers: tuple[str, ...]
+    rows: list[tuple[Any, ...]]
+    records: list[dict[str, Any]]  # the JSON form
+
+
+def listing(matrix: Matrix, topic: str) -> Listing:
+    return _LISTINGS[topic](matrix)
+
+
+def _gpus(m: Matrix) -> Listing:
+    headers = ("id", "name", "arch", "cc", "memory", "bandwidth GB/s", "FP16/BF16/FP8 TFLOPS", "TDP W", "form",
+               "NVLink GB/s", "NVSwitch", "MIG", "min driver", "PCI ids")
+    rows, records = [], []
+    for g in m.gpus:
+        tf = "/".join("-" if x is None else f"{x:g}" for x in (g.fp16_tflops, g.bf16_tflops, g.fp8_tflops))
+        rows.append((g.id, g.name, g.architecture, g.compute_capability, f"{g.memory_gb:g} GB {g.memory_type}",
+                     f"{g.memory_bandwidth_gbs:g}", tf, f"{g.tdp_w:g}", g.form_factor,
+                     f"{g.nvlink_bandwidth_gbs:g}" if g.nvlink_bandwidth_gbs else "-", g.nvswitch, g.mig or "-",
+                     str(g.min_driver) if g.min_driver else "-", list(g.pci_device_ids)))
+        records.append({"id": g.id, "name": g.name, "aliases": list(g.aliases), "architecture": g.architecture,
+                        "compute_capability": g.compute_capability, "memory_gb": g.memory_gb,
+                        "memory_type": g.memory_type, "memory_bandwidth_gbs": g.memory_bandwidth_gbs,
+                        "tensor_tflops": {"fp16": g.fp16_tflops, "bf16": g.bf16_tflops, "fp8": g.fp8_tflops},
+                        "tdp_w": g.tdp_w, "form_factor": g.form_factor,
+                        "nvlink": {"generation": g.nvlink_generation, "bandwidth_gbs": g.nvlink_bandwidth_gbs},
+                        "nvswitch": g.nvswitch, "mig": g.mig, "min_driver": str(g.min_driver) if g.min_driver else None,
+                        "pci_device_ids": list(g.pci_device_ids), "sources": list(g.sources)})
+    for grp in m.gpu_groups:
+        rows.append((grp.id, grp.name, "(group)", "", "", "", "", "", "", "", "", "", "", list(grp.members)))
+        records.append({"id": grp.id, "name": grp.name, "members": list(grp.members)})
+    return Listing("GPUs", headers, rows, records)
+
+
+def _os(m: Matrix) -> Listing:
+    headers = ("id", "name", "family", "package manager", "NVIDIA repo", "kernel headers", "nvidia/cuda OS")
+    rows = [(o.id, o.name, o.family, o.pkg_manager, o.nvidia_repo, list(o.kernel_headers), o.cuda_image_os)
+            for o in m.os_releases]
+    records = [{"id": o.id, "name": o.name, "aliases": list(o.aliases), "family": o.family,
+                "distribution": o.distribution, "version": o.version, "pkg_manager": o.pkg_manager,
+                "nvidia_repo": o.nvidia_repo, "kernel_headers": list(o.kernel_headers),
+                "cuda_image_os": o.cuda_image_os, "sources": list(o.sources)} for o in m.os_releases]
+    return Listing("Operating systems", headers, rows, records)
+
+
+def _drivers(m: Matrix) -> Listing:
+    headers = ("branch", "type", "EOL", "past EOL", "newest release", "releases", "kernel modules", "default")
+    rows, records = [], []
+    for b in m.drivers:
+        eol = b.eol or ("listed" if b.eol_listed else "-")
+        rows.append((b.label, b.type, eol, b.past_eol(m.as_of), str(b.releases[0].version), len(b.releases),
+                     list(b.kernel_modules), b.default_module))
+        records.append({"branch": str(b.branch), "type": b.type, "eol": b.eol, "eol_listed": b.eol_listed,
+                        "past_eol": b.past_eol(m.as_of), "kernel_modules": list(b.kernel_modules),
+                        "default_module": b.default_module,
+                        "releases": [{"version": str(r.version), "date": r.date, "os": list(r.os)} for r in b.releases],
+                        "sources": list(b.sources)})
+    return Listing(f"Driver branches (as of {m.as_of})", headers, rows, records)
+
+
+def _cuda(m: Matrix) -> Listing:
+    headers = ("CUDA", "release", "min driver", "compute capabilities", "host OS repos")
+    rows, records = [], []
+    for c in m.cuda:
+        ccs = [s.compute_capability for s in m.compute_support if s.cuda.contains(c.version, prereleases=True)]
+        rows.append((str(c.version), c.label, str(c.min_driver), ccs, list(c.os)))
+        records.append({"version": str(c.version), "label": c.label, "min_driver": str(c.min_driver),
+                        "compute_capabilities": ccs, "os": list(c.os), "source": c.source})
+    return Listing("CUDA toolkit releases", headers, rows, records)
+
+
+def _cudnn(m: Matrix) -> Listing:
+    headers = ("cuDNN", "CUDA", "min driver", "compute capabilities")
+    rows, records = [], []
+    for c in m.cudnn:
+        for b in c.builds:
+            rows.append((str(c.version), str(b.cuda), str(b.min_driver), f"{b.compute_capabilities[0]} .. {b.compute_capabilities[-1]}"))
+        records.append({"version": str(c.version), "source": c.source, "builds": [
+            {"cuda": str(b.cuda), "min_driver": str(b.min_driver), "compute_capabilities": list(b.compute_capabilities)}
+            for b in c.builds]})
+    return Listing("cuDNN support matrices", headers, rows, records)
+
+
+def _frameworks(m: Matrix) -> Listing:
+    headers = ("framework", "version", "build", "default", "CUDA", "CUDA runtime", "cuDNN", "index", "SMs")
+    rows, records = [], []
+    for fw in m.frameworks:
+        for rel in fw.releases:
+            for b in rel.builds:
+                sms = list(b.compute_capabilities) if b.compute_capabilities else "-"
+                if b.ptx:
+                    sms = f"{', '.join(b.compute_capabilities or ())} +PTX {b.ptx}"
+                rows.append((fw.id, str(rel.version), b.variant, b.default, b.cuda, b.cuda_runtime, b.cudnn,
+                             b.index_url or "pypi", sms))
+                records.append({"framework": fw.id, "package": fw.package, "version": str(rel.version),
+                                "variant": b.variant, "default": b.default, "cuda": b.cuda,
+                                "cuda_runtime": b.cuda_runtime, "cudnn": b.cudnn, "index_url": b.index_url,
+                                "extra": b.extra, "libraries": b.libraries,
+                                "compute_capabilities": list(b.compute_capabilities) if b.compute_capabilities else None,
+                                "ptx": b.ptx, "source": b.source, "evidence": b.evidence})
+    return Listing("Framework builds", headers, rows, records)
+
+
+def _images(m: Matrix) -> Listing:
+    headers = ("CUDA", "OS", "flavours", "cuDNN", "example tag")
+    rows, records = [], []
+    for i in m.images:
+        rows.append((str(i.cuda), list(i.os), list(i.flavours), i.cudnn_version or ("?" if i.cudnn_marker else "-"),
+                     f"{m.image_repository}:{i.tag('cudnn-runtime' if i.cudnn_marker else 'runtime', i.os[0])}"))
+        records.append({"cuda": str(i.cuda), "os": list(i.os), "flavours": list(i.flavours),
+                        "cudnn": {"version": i.cudnn_version, "marker": i.cudnn_marker} if i.cudnn_marker else None,
+                        "tags": {f"{f}-{o}": f"{m.image_repository}:{i.tag(f, o)}" for o in i.os for f in i.flavours},
+                        "source": i.source})
+    return Listing(f"{m.image_repository} tags", headers, rows, records)
+
+
+_LISTINGS = {"gpus": _gpus, "os": _os, "drivers": _drivers, "cuda": _cuda, "cudnn": _cudnn,
+             "frameworks": _frameworks, "images": _images}
+
+
+# -- check -------------------------------------------------------------------------------------
+@dataclass(slots=True)
+class CheckResult:
+    problems: list[Problem]
+    groups: dict[str, dict[str, int]] = field(default_factory=dict)  # request kind -> {resolved, refused}
+    refusals: Counter[str] = field(default_factory=Counter)  # rule -> refused requests it eliminated
+    unresolved_pairs: list[tuple[str, str, str]] = field(default_factory=list)  # (os, gpu, first reason)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and not self.unresolved_pairs
+
+
+def check(matrix: Matrix, raw: dict[str, Any] | None = None) -> CheckResult:
+    """Resolve every catalogued (os, gpu), (os, gpu, cuda) and (os, gpu, framework) request."""
+    from provision.matrix.resolve import resolve
+
+    start = time.perf_counter()
+    result = CheckResult(problems=check_invariants(matrix, raw) if raw is not None else [])
+    gpu_ids = [g.id for g in matrix.gpus] + [g.id for g in matrix.gpu_groups]
+    declared = {(x.os, x.gpu) for x in matrix.exclusions}
+    cuda_lines = sorted({major_minor(c.version) for c in matrix.cuda})
+    fw_releases = [(fw.id, str(r.version)) for fw in matrix.frameworks for r in fw.releases]
+
+    def run(kind: str, req: PlanRequest) -> bool:
+        counts = result.groups.setdefault(kind, {"resolved": 0, "refused": 0, "not applicable": 0})
+        try:
+            resolve(matrix, req, suggest=False)
+        except NoCompatibleStack as exc:
+            counts["refused"] += 1
+            for k in exc.kinds or {"other"}:
+                result.refusals[k] += 1
+            if kind == "os+gpu" and (req.os, req.gpu) not in declared and (None, req.gpu) not in declared \
+                    and (req.os, None) not in declared:
+                first = exc.eliminations[0][1] if exc.eliminations else exc.message
+                result.unresolved_pairs.append((req.os, req.gpu, first))
+            return False
+        except InputError:
+            counts["not applicable"] += 1  # e.g. a group whose members need different setups
+            return False
+        counts["resolved"] += 1
+        return True
+
+    for os_rel in matrix.os_releases:
+        for gpu in gpu_ids:
+            if not run("os+gpu", PlanRequest(os_rel.id, gpu)):
+                continue
+            for line in cuda_lines:
+                run("os+gpu+cuda", PlanRequest(os_rel.id, gpu, cuda=line))
+            for fw, ver in fw_releases:
+                run("os+gpu+framework", PlanRequest(os_rel.id, gpu, framework=f"{fw}=={ver}"))
+    result.seconds = time.perf_counter() - start
+    return result

@@ -1,0 +1,388 @@
+"""The compatibility model: frozen dataclasses built once from compat/ by the loader.
+
+Versions are parsed at the loader boundary (``provision.versions``); these objects hold
+``Version`` and ``SpecifierSet`` values, never version strings to compare.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from provision.errors import UnknownId
+from provision.versions import prefix_matches
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    key: str
+    title: str
+    url: str
+    retrieved: str
+    kind: str
+
+
+@dataclass(frozen=True, slots=True)
+class OsRelease:
+    id: str
+    name: str
+    aliases: tuple[str, ...]
+    family: str  # Ansible's os_family: Debian | RedHat
+    distribution: str  # Ansible's distribution: Ubuntu | Rocky | Debian
+    version: str  # Ansible's distribution_version (major only on EL)
+    pkg_manager: str  # apt | dnf
+    nvidia_repo: str  # path segment under developer.download.nvidia.com/compute/cuda/repos/
+    kernel_headers: tuple[str, ...]  # package names, "{kernel}" = uname -r
+    cuda_image_os: str  # nvidia/cuda tag suffix for containers planned for this host
+    cuda_image_note: str | None
+    sources: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Architecture:
+    id: str
+    name: str
+    compute_capabilities: tuple[str, ...]
+    kernel_modules: tuple[str, ...]  # flavours that drive this architecture: open, proprietary
+    first_driver_branch: int | None
+    last_driver_branch: int | None
+    sources: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    id: str
+    name: str
+    aliases: tuple[str, ...]
+    architecture: str
+    compute_capability: str
+    memory_gb: float
+    memory_type: str
+    memory_bandwidth_gbs: float
+    fp16_tflops: float  # dense tensor-core FP16 (no sparsity)
+    bf16_tflops: float | None
+    fp8_tflops: float | None
+    tdp_w: float
+    form_factor: str
+    nvlink_generation: int | None
+    nvlink_bandwidth_gbs: float | None
+    nvswitch: bool  # NVSwitch baseboard: needs nvidia-fabricmanager
+    pci_device_ids: tuple[str, ...]
+    mig: str | None  # a profile-set id in mig.yaml
+    min_driver: Version | None
+    sources: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuGroup:
+    """An id that stands for several catalogued GPUs ("a100-pcie" = 40 GB and 80 GB)."""
+
+    id: str
+    name: str
+    members: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DriverRelease:
+    version: Version
+    date: str | None
+    os: tuple[str, ...]  # OS ids whose NVIDIA repository carries this release
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class DriverBranch:
+    branch: int
+    type: str  # ltsb | pb | nfb | unknown
+    eol: str | None  # "YYYY-MM" from NVIDIA's support page
+    eol_listed: str | None  # date of the support page that lists the branch as end of life
+    kernel_modules: tuple[str, ...]
+    default_module: str
+    releases: tuple[DriverRelease, ...]  # newest first
+    sources: tuple[str, ...]
+
+    @property
+    def label(self) -> str:
+        return f"R{self.branch}"
+
+    def past_eol(self, as_of: dt.date) -> bool:
+        if self.eol_listed is not None and dt.date.fromisoformat(self.eol_listed) <= as_of:
+            return True
+        if self.eol is None:
+            return False
+        year, month = (int(p) for p in self.eol.split("-")[:2])
+        return (as_of.year, as_of.month) > (year, month)
+
+    def release(self, version: Version) -> DriverRelease | None:
+        return next((r for r in self.releases if r.version == version), None)
+
+
+@dataclass(frozen=True, slots=True)
+class DriverPackaging:
+    """How one OS's NVIDIA repository spells the driver of a range of branches."""
+
+    os: tuple[str, ...]
+    branches: SpecifierSet
+    kernel_module: str
+    method: str  # apt | dnf-module
+    module_stream: str | None  # "nvidia-driver:{branch}-open"
+    packages: tuple[str, ...]  # names; "{branch}" stands for the branch number
+    fabric_manager: tuple[str, ...]
+    sources: tuple[str, ...]
+
+    def covers(self, os_id: str, branch: int, kernel_module: str) -> bool:
+        return (
+            os_id in self.os
+            and self.kernel_module == kernel_module
+            and self.branches.contains(str(branch))
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CudaRelease:
+    version: Version
+    label: str
+    min_driver: Version
+    os: tuple[str, ...]
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeSupport:
+    """Which CUDA releases can build for a compute capability."""
+
+    compute_capability: str
+    cuda: SpecifierSet
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class MinorCompat:
+    """Minor-version compatibility floor for a CUDA major (release notes, Table 2)."""
+
+    cuda_major: int
+    min_driver: Version
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class CudnnBuild:
+    cuda: SpecifierSet
+    min_driver: Version
+    compute_capabilities: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CudnnRelease:
+    version: Version  # the release the support matrix names (9.10.2)
+    builds: tuple[CudnnBuild, ...]
+    source: str
+
+    def covers(self, full_version: Version) -> bool:
+        return prefix_matches(str(self.version), full_version)
+
+
+@dataclass(frozen=True, slots=True)
+class FrameworkBuild:
+    variant: str  # cu124, and-cuda, system-cuda
+    index_url: str | None  # None: the package index default (pypi.org)
+    default: bool  # what a plain `pip install <pkg>==<ver>` gets on Linux x86_64
+    cuda: str  # major.minor the build targets
+    cuda_runtime: str | None  # exact nvidia-cuda-runtime pin, or a specifier (TensorFlow)
+    cudnn: str | None  # exact nvidia-cudnn pin / version built against
+    libraries: str  # wheels: CUDA libraries come as pip dependencies; system: from the image
+    extra: str | None  # pip extra that pulls the CUDA wheels ("and-cuda")
+    compute_capabilities: tuple[str, ...] | None  # SASS compiled in, where published
+    ptx: str | None  # PTX target embedded too: GPUs at or above it JIT-compile from it
+    source: str
+    evidence: str | None  # the wheel (metadata) the pins were read from
+
+    @property
+    def cuda_version(self) -> Version:
+        return Version(self.cuda)
+
+    @property
+    def requirement_extra(self) -> str:
+        return f"[{self.extra}]" if self.extra else ""
+
+
+@dataclass(frozen=True, slots=True)
+class FrameworkRelease:
+    version: Version
+    python: str | None
+    builds: tuple[FrameworkBuild, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Framework:
+    id: str
+    name: str
+    package: str
+    releases: tuple[FrameworkRelease, ...]  # newest first
+
+    def release(self, version: Version) -> FrameworkRelease | None:
+        return next((r for r in self.releases if r.version == version), None)
+
+
+@dataclass(frozen=True, slots=True)
+class ImageRelease:
+    """The nvidia/cuda tags published for one CUDA version."""
+
+    cuda: Version
+    os: tuple[str, ...]  # tag OS suffixes: ubuntu22.04, rockylinux9
+    flavours: tuple[str, ...]
+    cudnn_version: str | None
+    cudnn_marker: str | None  # "cudnn8", "cudnn9", "cudnn": what sits before -runtime/-devel
+    source: str
+
+    def tag(self, flavour: str, os_suffix: str) -> str:
+        if flavour.startswith("cudnn-"):
+            return f"{self.cuda}-{self.cudnn_marker}-{flavour.removeprefix('cudnn-')}-{os_suffix}"
+        return f"{self.cuda}-{flavour}-{os_suffix}"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolkitRelease:
+    version: Version
+    date: str
+    packages: tuple[str, ...]
+    revision: str
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class MigProfile:
+    name: str  # 3g.40gb
+    id: int | None  # nvidia-smi mig -lgip profile id (None: not captured)
+    compute_slices: int
+    memory_slices: int  # placement size in memory slices (lgipp ":N")
+    placements: tuple[int, ...]  # allowed start slots (lgipp "{...}")
+    max_instances: int
+    memory_gib: float | None
+    sms: int | None
+    media: bool  # +me profiles: at most one on a GPU
+
+
+@dataclass(frozen=True, slots=True)
+class MigProfileSet:
+    id: str
+    name: str
+    memory_slices: int
+    compute_slices: int
+    placements_confirmed: bool  # an -lgipp capture of this exact GPU backs the placements
+    note: str
+    profiles: tuple[MigProfile, ...]
+    sources: tuple[str, ...]
+
+    def profile(self, name: str) -> MigProfile | None:
+        return next((p for p in self.profiles if p.name == name), None)
+
+
+@dataclass(frozen=True, slots=True)
+class Exclusion:
+    os: str | None
+    gpu: str | None
+    reason: str
+    source: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Matrix:
+    as_of: dt.date
+    sources: dict[str, Source]
+    os_releases: tuple[OsRelease, ...]
+    architectures: tuple[Architecture, ...]
+    gpus: tuple[Gpu, ...]
+    gpu_groups: tuple[GpuGroup, ...]
+    drivers: tuple[DriverBranch, ...]  # newest branch first
+    driver_packaging: tuple[DriverPackaging, ...]
+    cuda: tuple[CudaRelease, ...]  # newest first
+    compute_support: tuple[ComputeSupport, ...]
+    minor_compat: tuple[MinorCompat, ...]
+    cudnn: tuple[CudnnRelease, ...]
+    frameworks: tuple[Framework, ...]
+    images: tuple[ImageRelease, ...]
+    image_repository: str
+    toolkit: tuple[ToolkitRelease, ...]
+    mig: tuple[MigProfileSet, ...]
+    exclusions: tuple[Exclusion, ...]
+    files: dict[str, str] = field(default_factory=dict)  # data file -> sha256
+
+    # -- lookups ------------------------------------------------------------------------
+    def os(self, ident: str) -> OsRelease:
+        for rel in self.os_releases:
+            if ident == rel.id or ident in rel.aliases:
+                return rel
+        raise _unknown("OS", ident, self.os_ids(), "provision matrix os")
+
+    def os_ids(self) -> list[str]:
+        return [o.id for o in self.os_releases]
+
+    def gpu_ids(self) -> list[str]:
+        return [g.id for g in self.gpus] + [g.id for g in self.gpu_groups]
+
+    def gpu_members(self, ident: str) -> tuple[str, tuple[Gpu, ...]]:
+        """Resolve a GPU id, alias or group to its canonical id and the GPUs it covers."""
+        for gpu in self.gpus:
+            if ident == gpu.id or ident in gpu.aliases:
+                return gpu.id, (gpu,)
+        for group in self.gpu_groups:
+            if ident == group.id:
+                return group.id, tuple(self.gpu(m) for m in group.members)
+        names = self.gpu_ids() + [a for g in self.gpus for a in g.aliases]
+        raise _unknown("GPU", ident, names, "provision matrix gpus")
+
+    def gpu(self, ident: str) -> Gpu:
+        for gpu in self.gpus:
+            if ident == gpu.id or ident in gpu.aliases:
+                return gpu
+        raise _unknown("GPU", ident, [g.id for g in self.gpus], "provision matrix gpus")
+
+    def group(self, ident: str) -> GpuGroup | None:
+        return next((g for g in self.gpu_groups if g.id == ident), None)
+
+    def architecture(self, ident: str) -> Architecture:
+        return next(a for a in self.architectures if a.id == ident)
+
+    def framework(self, ident: str) -> Framework:
+        for fw in self.frameworks:
+            if ident in (fw.id, fw.package):
+                return fw
+        raise _unknown("framework", ident, [f.id for f in self.frameworks], "provision matrix frameworks")
+
+    def mig_set(self, ident: str) -> MigProfileSet:
+        return next(m for m in self.mig if m.id == ident)
+
+    def branch(self, number: int) -> DriverBranch | None:
+        return next((b for b in self.drivers if b.branch == number), None)
+
+    def cuda_supports_cc(self, cuda: Version, cc: str) -> bool:
+        return any(
+            s.compute_capability == cc and s.cuda.contains(cuda, prereleases=True)
+            for s in self.compute_support
+        )
+
+    def minor_compat_floor(self, cuda_major: int) -> MinorCompat | None:
+        return next((m for m in self.minor_compat if m.cuda_major == cuda_major), None)
+
+    def cudnn_release(self, full_version: Version) -> CudnnRelease | None:
+        return next((c for c in self.cudnn if c.covers(full_version)), None)
+
+    def image(self, cuda: Version) -> ImageRelease | None:
+        return next((i for i in self.images if i.cuda == cuda), None)
+
+    def packaging_for(self, os_id: str, branch: int, module: str) -> DriverPackaging | None:
+        return next((p for p in self.driver_packaging if p.covers(os_id, branch, module)), None)
+
+
+def _unknown(kind: str, ident: str, known: list[str], listing: str) -> UnknownId:
+    import difflib
+
+    close = difflib.get_close_matches(ident.lower(), known, n=3, cutoff=0.5)
+    if not close:
+        close = [k for k in known if ident.lower() in k][:3]
+    hint = f"did you mean {' or '.join(close)}? (list: {listing})" if close else f"list: {listing}"
+    return UnknownId(f"unknown {kind} {ident!r}", hint=hint)

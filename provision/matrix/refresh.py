@@ -1,0 +1,383 @@
+"""Regenerate compat/frameworks.yaml from the frameworks' own wheel metadata.
+
+    python -m provision.matrix.refresh [--compat-dir compat] [--check]
+
+For every release of each framework in compat/framework_variants.yaml it picks the Linux
+x86_64 wheel on the package index (and, for PyTorch, on download.pytorch.org/whl/<variant>),
+reads the wheel's METADATA (the PEP 658 ``.metadata`` file, or, where the index has none, the
+METADATA member read out of the wheel with HTTP range requests) and records the exact CUDA
+runtime and cuDNN pins it declares. ``--check`` exits 1 when the committed file differs from
+what the indexes say now. Plans and tests never run this: they read the committed output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import email.parser
+import io
+import json
+import re
+import struct
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from packaging.markers import default_environment
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+PYPI_SIMPLE = "https://pypi.org/simple"
+PYTHON_TAGS = ("cp311", "cp312", "cp310", "cp313", "cp39", "cp38")
+TIMEOUT = 60
+
+Fetch = Callable[[str, dict[str, str]], bytes]
+
+
+class RefreshError(Exception):
+    pass
+
+
+def http_fetch(url: str, headers: dict[str, str]) -> bytes:
+    req = urllib.request.Request(url, headers={"User-Agent": "provision-refresh/1", **headers})  # noqa: S310
+    with urllib.request.urlopen(req, timeout=TIMEOUT) as resp:  # noqa: S310 - https URLs only
+        return resp.read()
+
+
+# -- index listing -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class WheelFile:
+    filename: str
+    url: str
+    version: str  # the public version, without the local "+cu124" part
+    local: str | None
+
+
+_WHEEL = re.compile(r"^(?P<name>[^-]+)-(?P<ver>[^-]+)-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<plat>.+)\.whl$")
+
+
+def list_wheels(index_url: str, package: str, fetch: Fetch) -> list[WheelFile]:
+    """Linux x86_64 wheels of ``package`` on a PEP 691 (JSON) or PEP 503 (HTML) index."""
+    url = index_url.rstrip("/") + f"/{package}/"
+    body = fetch(url, {"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.5"})
+    files: list[tuple[str, str]] = []
+    text = body.decode("utf-8", "replace")
+    if text.lstrip().startswith("{"):
+        doc = json.loads(text)
+        files = [(f["filename"], f["url"]) for f in doc.get("files", [])]
+    else:
+        for href, name in re.findall(r'<a[^>]+href="([^"]+)"[^>]*>([^<]+)</a>', text):
+            files.append((name.strip(), urllib.parse.urljoin(url, href.split("#")[0])))
+    out = []
+    for filename, file_url in files:
+        m = _WHEEL.match(filename)
+        if not m or "x86_64" not in m["plat"] or "linux" not in m["plat"]:
+            continue
+        ver, _, local = m["ver"].partition("+")
+        out.append(WheelFile(filename, urllib.parse.urljoin(url, file_url), ver, local or None))
+    return out
+
+
+def pick_wheel(wheels: list[WheelFile], version: str, local: str | None) -> WheelFile | None:
+    candidates = [w for w in wheels if w.version == version and w.local == local]
+    for tag in PYTHON_TAGS:
+        for w in candidates:
+            if f"-{tag}-" in w.filename:
+                return w
+    return candidates[0] if candidates else None
+
+
+# -- metadata --------------------------------------------------------------------------------
+def wheel_metadata(wheel_url: str, fetch: Fetch, ranged: Callable[[str, int | None, int | None], bytes] | None) -> tuple[str, str]:
+    """(METADATA text, where it was read): PEP 658 first, then the wheel's zip by range."""
+    try:
+        return fetch(wheel_url + ".metadata", {}).decode("utf-8"), wheel_url + ".metadata"
+    except urllib.error.HTTPError as exc:
+        if exc.code != 404 or ranged is None:
+            raise
+    return metadata_from_zip(wheel_url, ranged), wheel_url
+
+
+def http_range(url: str, start: int | None, end: int | None) -> bytes:
+    spec = f"bytes=-{end}" if start is None else f"bytes={start}-{end}"
+    return http_fetch(url, {"Range": spec})
+
+
+def metadata_from_zip(url: str, ranged: Callable[[str, int | None, int | None], bytes]) -> str:
+    """Read ``*.dist-info/METADATA`` from a remote zip with three range requests."""
+    tail = ranged(url, None, 65536)
+    eocd = tail.rfind(b"PK\x05\x06")
+    if eocd < 0:
+        raise RefreshError(f"{url}: no zip end-of-central-directory record in the last 64 KiB")
+    cd_size, cd_offset = struct.unpack("<II", tail[eocd + 12 : eocd + 20])
+    cd = ranged(url, cd_offset, cd_offset + cd_size - 1)
+    pos = 0
+    while pos < len(cd) and cd[pos : pos + 4] == b"PK\x01\x02":
+        method, = struct.unpack("<H", cd[pos + 10 : pos + 12])
+        csize, = struct.unpack("<I", cd[pos + 20 : pos + 24])
+        nlen, elen, clen = struct.unpack("<HHH", cd[pos + 28 : pos + 34])
+        local_off, = struct.unpack("<I", cd[pos + 42 : pos + 46])
+        name = cd[pos + 46 : pos + 46 + nlen].decode()
+        pos += 46 + nlen + elen + clen
+        if re.fullmatch(r"[^/]+\.dist-info/METADATA", name):
+            head = ranged(url, local_off, local_off + 30 + 65535 - 1)
+            lnlen, lelen = struct.unpack("<HH", head[26:30])
+            start = local_off + 30 + lnlen + lelen
+            data = ranged(url, start, start + csize - 1)
+            if method == 8:
+                data = zlib.decompress(data, -15)
+            elif method != 0:
+                raise RefreshError(f"{url}: METADATA uses zip method {method}")
+            return data.decode("utf-8")
+    raise RefreshError(f"{url}: no .dist-info/METADATA member")
+
+
+_LINUX = {**default_environment(), "sys_platform": "linux", "platform_system": "Linux",
+          "platform_machine": "x86_64", "python_version": "3.11", "python_full_version": "3.11.7",
+          "implementation_name": "cpython", "platform_python_implementation": "CPython", "os_name": "posix"}
+
+
+def cuda_pins(metadata: str, extra: str | None) -> dict[str, str | None]:
+    """CUDA runtime and cuDNN pins a wheel declares for Linux x86_64 (optionally under an extra)."""
+    msg = email.parser.Parser().parsestr(metadata)
+    env = dict(_LINUX, extra=extra or "")
+    runtime = cudnn = toolkit = None
+    for line in msg.get_all("Requires-Dist") or []:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if req.marker is not None and not req.marker.evaluate(env):
+            continue
+        spec = str(req.specifier)
+        exact = spec[2:] if spec.startswith("==") and "," not in spec else None
+        name = req.name.lower()
+        if re.fullmatch(r"nvidia-cuda-runtime(-cu\d+)?", name):
+            runtime = exact or spec
+        elif re.fullmatch(r"nvidia-cudnn(-cu\d+)?", name):
+            cudnn = exact or spec
+        elif name == "cuda-toolkit" and "cudart" in req.extras:
+            toolkit = exact or spec
+    return {"cuda_runtime": runtime or toolkit, "cudnn": cudnn, "python": msg.get("Requires-Python")}
+
+
+def _floor(pin: str) -> str | None:
+    """The version a pin names: "9.1.0.70" itself, or the lower bound of ">=9.3.0.75,<10.0"."""
+    if re.fullmatch(r"\d+(\.\d+)*", pin):
+        return pin
+    for spec in SpecifierSet(pin):
+        if spec.operator in ("==", ">=", "~=", "==="):
+            return spec.version.rstrip(".*")
+    return None
+
+
+def cuda_of(runtime: str) -> str:
+    """Major.minor of a runtime pin: "12.4.127" -> "12.4"; ">=12.5.82,<13.0" -> "12.5"."""
+    floor = _floor(runtime)
+    m = re.match(r"(\d+)\.(\d+)", floor or "")
+    if not m:
+        raise RefreshError(f"cannot read a CUDA version from {runtime!r}")
+    return f"{m[1]}.{m[2]}"
+
+
+def variant_of(cuda: str) -> str:
+    return "cu" + cuda.replace(".", "")
+
+
+# -- the refresh -----------------------------------------------------------------------------
+def refresh(compat: Path, fetch: Fetch = http_fetch, ranged=http_range, log=print) -> dict[str, Any]:
+    spec = yaml.safe_load((compat / "framework_variants.yaml").read_text())
+    _validate_input(compat, spec)
+    frameworks = []
+    for fw in spec["frameworks"]:
+        package = fw["package"]
+        pypi = list_wheels(PYPI_SIMPLE, package, fetch)
+        versions = sorted(
+            {w.version for w in pypi if _final(w.version) and Version(w.version) >= Version(fw["first_release"])},
+            key=Version, reverse=True,
+        )
+        variant_wheels: dict[str, list[WheelFile] | None] = {}
+        releases = []
+        for version in versions:
+            line = _line_for(fw, version)
+            documented = {b["variant"]: b for b in (line["builds"] if line else [])}
+            builds: list[dict[str, Any]] = []
+            default = pick_wheel(pypi, version, None)
+            if default is not None:
+                text, where = wheel_metadata(default.url, fetch, ranged)
+                extra = "and-cuda" if "and-cuda" in documented else None
+                pins = cuda_pins(text, extra)
+                builds.append(_build_from_metadata(fw, version, pins, where, documented, line, default=True))
+                python = pins["python"]
+            else:
+                python = None
+            for variant, doc in documented.items():
+                if any(b["variant"] == variant for b in builds) or not fw.get("variant_index"):
+                    continue
+                index = fw["variant_index"].format(variant=variant)
+                if variant not in variant_wheels:
+                    try:
+                        variant_wheels[variant] = list_wheels(index, package, fetch)
+                    except (urllib.error.URLError, OSError) as exc:
+                        log(f"  {index}: unreachable ({getattr(exc, 'reason', exc)}); keeping the documented build")
+                        variant_wheels[variant] = None
+                wheels = variant_wheels[variant]
+                wheel = pick_wheel(wheels, version, variant) if wheels else None
+                if wheel is not None:
+                    text, where = wheel_metadata(wheel.url, fetch, ranged)
+                    pins = cuda_pins(text, None)
+                    row = _build_from_metadata(fw, version, pins, where, documented, line, default=False)
+                    row["index_url"] = index
+                    builds.append(row)
+                else:
+                    builds.append(_documented_build(fw, variant, doc, line, index))
+            if not builds:
+                continue
+            builds.sort(key=lambda b: (not b["default"], [-int(x) for x in b["cuda"].split(".")]))
+            releases.append({"version": version, "python": python, "builds": builds})
+            log(f"{package} {version}: " + ", ".join(f"{b['variant']}{'*' if b['default'] else ''}" for b in builds))
+        frameworks.append({"id": fw["id"], "name": fw["name"], "package": package, "releases": releases})
+    return {
+        "generated_by": "python -m provision.matrix.refresh",
+        "generated": dt.date.today().isoformat(),
+        "frameworks": frameworks,
+    }
+
+
+def _final(version: str) -> bool:
+    try:
+        v = Version(version)
+    except InvalidVersion:
+        return False
+    return not (v.is_prerelease or v.is_devrelease or v.is_postrelease or v.local)
+
+
+def _line_for(fw: dict[str, Any], version: str) -> dict[str, Any] | None:
+    mm = ".".join(version.split(".")[:2])
+    return next((ln for ln in fw["lines"] if ln["line"] == mm), None)
+
+
+def _build_from_metadata(fw, version, pins, where, documented, line, *, default: bool) -> dict[str, Any]:
+    runtime = pins["cuda_runtime"]
+    if runtime is None:
+        # No CUDA wheels declared (TensorFlow 2.12/2.13): the documented system-CUDA build.
+        doc = next(iter(documented.values()), None)
+        if doc is None or "cuda" not in doc:
+            raise RefreshError(f"{fw['package']} {version}: metadata declares no CUDA runtime and no build is documented")
+        return {
+            "variant": doc["variant"], "index_url": None, "default": default, "cuda": doc["cuda"],
+            "cuda_runtime": None, "cudnn": doc["cudnn"], "libraries": "system", "extra": None,
+            "compute_capabilities": doc["compute_capabilities"], "ptx": doc["ptx"],
+            "source": line["source"], "evidence": where,
+        }
+    cuda = cuda_of(runtime)
+    variant = "and-cuda" if "and-cuda" in documented else variant_of(cuda)
+    doc = documented.get(variant, {})
+    return {
+        "variant": variant, "index_url": None, "default": default, "cuda": cuda,
+        "cuda_runtime": runtime, "cudnn": _floor(pins["cudnn"]) if pins["cudnn"] else doc.get("cudnn"),
+        "libraries": "wheels", "extra": "and-cuda" if variant == "and-cuda" else None,
+        "compute_capabilities": doc.get("compute_capabilities"), "ptx": doc.get("ptx"),
+        "source": "pypi-wheel-metadata", "evidence": where,
+    }
+
+
+def _documented_build(fw, variant, doc, line, index) -> dict[str, Any]:
+    cuda = doc.get("cuda") or f"{variant[2:-1]}.{variant[-1]}"
+    return {
+        "variant": variant, "index_url": index, "default": False, "cuda": cuda, "cuda_runtime": None,
+        "cudnn": doc["cudnn"], "libraries": "wheels", "extra": None,
+        "compute_capabilities": doc["compute_capabilities"], "ptx": doc["ptx"],
+        "source": line["source"], "evidence": None,
+    }
+
+
+def _validate_input(compat: Path, spec: Any) -> None:
+    import jsonschema
+
+    schema = json.loads((compat / "schema" / "framework_variants.schema.json").read_text())
+    try:
+        jsonschema.validate(spec, schema)
+    except jsonschema.ValidationError as exc:
+        path = ".".join(map(str, exc.absolute_path))
+        raise RefreshError(f"framework_variants.yaml: {path}: {exc.message}") from None
+
+
+def dump(doc: dict[str, Any]) -> str:
+    header = (
+        "# GENERATED by `python -m provision.matrix.refresh` from the wheels' own metadata\n"
+        "# (compat/framework_variants.yaml lists what is queried). Do not edit by hand.\n"
+        "# A build with source pypi-wheel-metadata carries the exact pins of the wheel named in\n"
+        "# `evidence`; a build with another source could not be read and keeps the documented cuDNN.\n"
+    )
+    out = io.StringIO()
+    yaml.dump(doc, out, Dumper=_QuotedDumper, sort_keys=False, width=200, default_flow_style=None)
+    return header + out.getvalue()
+
+
+class _QuotedDumper(yaml.SafeDumper):
+    """Every string double-quoted (versions stay strings: "12.10" is not 12.1); no anchors."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _represent_dict(dumper: yaml.SafeDumper, data: dict[str, Any]) -> yaml.MappingNode:
+    items = [
+        (yaml.ScalarNode("tag:yaml.org,2002:str", key), dumper.represent_data(value))
+        for key, value in data.items()
+    ]
+    flow = all(not isinstance(v, (dict, list)) for v in data.values()) and len(data) <= 4
+    return yaml.MappingNode("tag:yaml.org,2002:map", items, flow_style=flow)
+
+
+_QuotedDumper.add_representer(
+    str, lambda dumper, value: dumper.represent_scalar("tag:yaml.org,2002:str", value, style='"')
+)
+_QuotedDumper.add_representer(dict, _represent_dict)
+_QuotedDumper.add_representer(
+    list,
+    lambda dumper, value: dumper.represent_sequence(
+        "tag:yaml.org,2002:seq", value, flow_style=all(isinstance(v, str) for v in value)
+    ),
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m provision.matrix.refresh", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--compat-dir", default=None, help="compat/ directory (default: the project's)")
+    parser.add_argument("--check", action="store_true", help="exit 1 if compat/frameworks.yaml is out of date")
+    args = parser.parse_args(argv)
+    from provision.resources import compat_dir
+
+    compat = compat_dir(args.compat_dir)
+    try:
+        doc = refresh(compat, log=lambda m: print(m, file=sys.stderr))
+    except (RefreshError, urllib.error.URLError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    target = compat / "frameworks.yaml"
+    if args.check:
+        old = yaml.safe_load(target.read_text())
+        old.pop("generated", None)
+        new = dict(doc)
+        new.pop("generated", None)
+        if old != new:
+            print("compat/frameworks.yaml is out of date: run python -m provision.matrix.refresh", file=sys.stderr)
+            return 1
+        return 0
+    target.write_text(dump(doc))
+    print(f"wrote {target}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

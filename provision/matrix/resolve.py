@@ -1,0 +1,613 @@
+"""Resolve a plan request (OS, GPU, optional pins) against the compatibility matrix.
+
+Order of preference, first consistent stack wins:
+
+1. Driver branch. A ``--driver`` pin names the branch (or the release). Otherwise the policy:
+   ``lts`` (default) tries Long Term Support and Production branches that are not past their
+   end of life on the data's date, newest first; ``latest`` tries every branch not past end of
+   life, New Feature Branches included, newest first. End-of-life branches are used only when
+   pinned. A branch must support the GPU's architecture (Volta ends with R580, Blackwell starts
+   with R570) and be at or above the GPU's own minimum driver (HGX B200: 570.133.20).
+2. Release: the newest release of the branch that the OS's NVIDIA repository carries.
+3. Kernel modules: the branch's default flavour (open from R560) when the architecture runs it,
+   otherwise the flavour it needs (Volta: proprietary; Blackwell: open).
+4. Framework build, when one is asked for: the package index default first, then the other
+   CUDA builds newest first. The build must carry the GPU's SM (as SASS of the same major, or
+   as PTX it can JIT from).
+5. CUDA: the newest release matching the pin (or the framework build's major.minor) that
+   builds for the GPU's SM and has published nvidia/cuda images for the host's image OS, and
+   whose minimum driver (release notes, Table 3) the chosen release meets. Minor-version
+   compatibility (same CUDA major, driver above the family floor) is used only when no stack
+   meets the toolkit minimum, i.e. when a pin forces an older driver, and the plan says so.
+6. cuDNN: the framework build's own pin, or the cuDNN of the nvidia/cuda cudnn images for that
+   CUDA; it must support the CUDA release and the SM (catalogued support matrix, or the
+   catalogued matrices on either side for a release without one).
+7. Fabric Manager exactly when the GPU sits on an NVSwitch baseboard, at the driver's version.
+8. Container Toolkit: the newest catalogued release.
+
+A refusal lists every candidate tried with the reason it was eliminated, and the pin changes
+that would resolve.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from packaging.version import Version
+
+from provision.errors import BadPin, InputError, NoCompatibleStack, UnknownId
+from provision.matrix import model as m
+from provision.plan import (
+    Package,
+    Plan,
+    PlanCuda,
+    PlanCudnn,
+    PlanData,
+    PlanDriver,
+    PlanFabricManager,
+    PlanFramework,
+    PlanGpu,
+    PlanOs,
+    PlanRequest,
+    PlanToolkit,
+    Reason,
+)
+from provision.versions import major_minor, parse_version, prefix_matches
+
+POLICIES = ("lts", "latest")
+_BRANCH_TYPES = {"ltsb": "long-term support branch", "pb": "production branch", "nfb": "new feature branch",
+                 "unknown": "branch (designation not published)"}
+_FRAMEWORK_NAMES = {"pytorch": "pytorch", "torch": "pytorch", "tensorflow": "tensorflow", "tf": "tensorflow"}
+
+
+@dataclass(frozen=True, slots=True)
+class Pins:
+    driver_branch: int | None
+    driver_release: Version | None
+    cuda: str | None
+    cudnn: str | None
+    framework: m.Framework | None
+    framework_release: m.FrameworkRelease | None
+
+
+@dataclass(slots=True)
+class Context:
+    matrix: m.Matrix
+    request: PlanRequest
+    os: m.OsRelease
+    gpu_id: str
+    gpu_name: str
+    gpus: tuple[m.Gpu, ...]
+    arch: m.Architecture
+    cc: str
+    nvswitch: bool
+    min_driver: Version | None
+    pins: Pins
+    eliminated: list[tuple[str, str]] = field(default_factory=list)
+    kinds: set[str] = field(default_factory=set)  # which rules eliminated candidates
+    skipped: list[str] = field(default_factory=list)  # branches the policy or EOL left out
+
+    def drop(self, candidate: str, why: str, kind: str) -> None:
+        self.kinds.add(kind)
+        if (candidate, why) not in self.eliminated:
+            self.eliminated.append((candidate, why))
+
+
+@dataclass(frozen=True, slots=True)
+class DriverChoice:
+    branch: m.DriverBranch
+    release: m.DriverRelease
+    module: str
+    packaging: m.DriverPackaging
+    reasons: tuple[Reason, ...]
+
+
+# -- entry point ---------------------------------------------------------------------------
+def resolve(matrix: m.Matrix, request: PlanRequest, *, suggest: bool = True) -> Plan:
+    """Resolve a request; NoCompatibleStack says what was tried and which pins would work."""
+    ctx = context(matrix, request)
+    plan = _search(ctx)
+    if plan is not None:
+        return plan
+    eliminations = list(ctx.eliminated)
+    if ctx.skipped:
+        eliminations.append(("not tried", f"{', '.join(ctx.skipped)}: policy {request.policy} takes "
+                             f"{'long-term support and production' if request.policy == 'lts' else 'any'} branches "
+                             "not past end of life; pin --driver to use one"))
+    error = NoCompatibleStack(
+        f"no compatible stack for os={ctx.os.id} gpu={ctx.gpu_id}{_pin_text(request)}",
+        eliminations=eliminations,
+        hint=_suggest(matrix, request) if suggest else None,
+    )
+    error.kinds = frozenset(ctx.kinds)
+    raise error
+
+
+def context(matrix: m.Matrix, request: PlanRequest) -> Context:
+    os_rel = matrix.os(request.os)
+    gpu_id, gpus = matrix.gpu_members(request.gpu)
+    first = gpus[0]
+    differs = [
+        what for what, attr in (("architecture", "architecture"), ("compute capability", "compute_capability"),
+                                ("Fabric Manager (NVSwitch)", "nvswitch"))
+        if len({getattr(g, attr) for g in gpus}) > 1
+    ]
+    if differs:
+        raise InputError(
+            f"GPU {gpu_id!r} covers {', '.join(g.id for g in gpus)}, which differ in {' and '.join(differs)}",
+            hint=f"name one of them: {' or '.join('--gpu ' + g.id for g in gpus)}",
+        )
+    if request.policy not in POLICIES:
+        raise BadPin(f"unknown policy {request.policy!r}", hint=f"use one of: {', '.join(POLICIES)}")
+    for x in matrix.exclusions:
+        if (x.os in (None, os_rel.id)) and (x.gpu in (None, gpu_id, *[g.id for g in gpus])):
+            error = NoCompatibleStack(
+                f"{gpu_id} on {os_rel.id} is declared unsupported",
+                eliminations=[(f"{os_rel.id} + {gpu_id}", x.reason)],
+                hint="see compat/unsupported.yaml",
+            )
+            error.kinds = frozenset({"declared-unsupported"})
+            raise error
+    mins = [g.min_driver for g in gpus if g.min_driver is not None]
+    group = matrix.group(gpu_id)
+    return Context(
+        matrix=matrix, request=request, os=os_rel, gpu_id=gpu_id,
+        gpu_name=group.name if group else first.name, gpus=gpus,
+        arch=matrix.architecture(first.architecture), cc=first.compute_capability,
+        nvswitch=first.nvswitch, min_driver=max(mins) if mins else None,
+        pins=parse_pins(matrix, request),
+    )
+
+
+def parse_pins(matrix: m.Matrix, request: PlanRequest) -> Pins:
+    branch = release = None
+    if request.driver is not None:
+        text = request.driver.strip().lstrip("Rr")
+        if re.fullmatch(r"\d{3}", text):
+            branch = int(text)
+        elif re.fullmatch(r"\d{3}\.\d+(\.\d+)?", text):
+            branch, release = int(text.split(".")[0]), parse_version(text)
+        else:
+            raise BadPin(f"--driver {request.driver!r} is neither a branch nor a release",
+                         hint="use a branch (--driver 580) or a release (--driver 580.95.05)")
+        known = matrix.branch(branch)
+        if known is None:
+            raise BadPin(f"driver branch R{branch} is not in the catalogue",
+                         hint="catalogued branches: " + ", ".join(str(b.branch) for b in matrix.drivers))
+        if release is not None and known.release(release) is None:
+            raise BadPin(f"driver {release} is not a catalogued R{branch} release",
+                         hint="newest catalogued: " + ", ".join(str(r.version) for r in known.releases[:4]))
+    cuda = None
+    if request.cuda is not None:
+        cuda = request.cuda.strip()
+        if not re.fullmatch(r"\d+\.\d+(\.\d+)?", cuda):
+            raise BadPin(f"--cuda {request.cuda!r} is not a CUDA version", hint="use major.minor (12.4) or a release (12.4.1)")
+        if not any(prefix_matches(cuda, c.version) for c in matrix.cuda):
+            raise BadPin(f"CUDA {cuda} is not in the catalogue",
+                         hint="catalogued: " + ", ".join(sorted({major_minor(c.version) for c in matrix.cuda}, key=Version, reverse=True)))
+    cudnn = None
+    if request.cudnn is not None:
+        cudnn = request.cudnn.strip()
+        if not re.fullmatch(r"\d+(\.\d+){0,3}", cudnn):
+            raise BadPin(f"--cudnn {request.cudnn!r} is not a cuDNN version", hint="use a major (9), major.minor (9.1) or a build (9.1.0.70)")
+    framework = fw_release = None
+    if request.framework is not None:
+        text = request.framework.strip()
+        mt = re.fullmatch(r"([A-Za-z]+)(?:==(.+))?", text)
+        if not mt:
+            raise BadPin(f"--framework {text!r} is not NAME or NAME==VERSION", hint="e.g. --framework pytorch==2.5.1")
+        name = _FRAMEWORK_NAMES.get(mt[1].lower())
+        if name is None:
+            raise UnknownId(f"unknown framework {mt[1]!r}", hint="known: pytorch, tensorflow")
+        framework = matrix.framework(name)
+        if mt[2] is not None:
+            if not re.fullmatch(r"\d+(\.\d+)*", mt[2]):
+                raise BadPin(f"{mt[2]!r} is not a {framework.name} version", hint="e.g. --framework pytorch==2.5.1")
+            fw_release = framework.release(parse_version(mt[2]))
+            if fw_release is None:
+                near = [str(r.version) for r in framework.releases if prefix_matches(".".join(mt[2].split(".")[:2]), r.version)]
+                near = near or [str(r.version) for r in framework.releases[:4]]
+                raise UnknownId(f"{framework.name} {mt[2]} is not in the catalogue",
+                                hint=f"catalogued {framework.name} releases include {', '.join(near)} (list: provision matrix frameworks)")
+    return Pins(branch, release, cuda, cudnn, framework, fw_release)
+
+
+# -- search ----------------------------------------------------------------------------------
+def _search(ctx: Context) -> Plan | None:
+    drivers = list(_driver_candidates(ctx))
+    if not drivers:
+        return None
+    builds = list(_framework_candidates(ctx))
+    if ctx.pins.framework is not None and not builds:
+        return None
+    for allow_minor in (False, True):
+        for drv in drivers:
+            for fw_release, build in builds or [(None, None)]:
+                for cuda, image in _cuda_candidates(ctx, build):
+                    plan = _try(ctx, drv, fw_release, build, cuda, image, allow_minor=allow_minor)
+                    if plan is not None:
+                        return plan
+    return None
+
+
+def _driver_candidates(ctx: Context) -> Iterator[DriverChoice]:
+    matrix, pins, as_of = ctx.matrix, ctx.pins, ctx.matrix.as_of
+    if pins.driver_branch is not None:
+        branches = [matrix.branch(pins.driver_branch)]
+    else:
+        branches = []
+        for b in matrix.drivers:
+            if b.past_eol(as_of):
+                ctx.skipped.append(f"{b.label} (end of life {b.eol or 'listed'})")
+            elif ctx.request.policy == "lts" and b.type not in ("ltsb", "pb"):
+                ctx.skipped.append(f"{b.label} ({_BRANCH_TYPES[b.type]})")
+            else:
+                branches.append(b)
+    for b in branches:
+        assert b is not None  # noqa: S101 - parse_pins checked the pinned branch exists
+        label = b.label
+        arch = ctx.arch
+        if arch.last_driver_branch is not None and b.branch > arch.last_driver_branch:
+            ctx.drop(label, f"does not support {arch.name} (R{arch.last_driver_branch} is the last branch for it)", "driver-architecture")
+            continue
+        if arch.first_driver_branch is not None and b.branch < arch.first_driver_branch:
+            ctx.drop(label, f"predates {arch.name} support (first branch R{arch.first_driver_branch})", "driver-architecture")
+            continue
+        usable = [mod for mod in b.kernel_modules if mod in arch.kernel_modules]
+        if not usable:
+            ctx.drop(label, f"ships {'/'.join(b.kernel_modules)} kernel modules only; {arch.name} needs {'/'.join(arch.kernel_modules)}", "kernel-module")
+            continue
+        module = b.default_module if b.default_module in usable else usable[0]
+        packaging = ctx.matrix.packaging_for(ctx.os.id, b.branch, module)
+        if packaging is None:
+            ctx.drop(label, f"no catalogued {ctx.os.id} packages for its {module} kernel modules", "os-packages")
+            continue
+        releases = [r for r in b.releases if ctx.os.id in r.os]
+        if pins.driver_release is not None:
+            releases = [r for r in releases if r.version == pins.driver_release]
+            if not releases:
+                ctx.drop(str(pins.driver_release), f"not in the {ctx.os.nvidia_repo} repository (released before it existed)", "os-packages")
+                continue
+        if not releases:
+            ctx.drop(label, f"no release in the {ctx.os.nvidia_repo} repository", "os-packages")
+            continue
+        if ctx.min_driver is not None:
+            fit = [r for r in releases if r.version >= ctx.min_driver]
+            if not fit:
+                ctx.drop(label if pins.driver_release is None else str(pins.driver_release),
+                         f"older than {ctx.min_driver}, the first driver confirmed for {ctx.gpu_id}", "gpu-min-driver")
+                continue
+            releases = fit
+        release = releases[0]
+        yield DriverChoice(b, release, module, packaging, _driver_reasons(ctx, b, release, module))
+
+
+def _framework_candidates(ctx: Context) -> Iterator[tuple[m.FrameworkRelease, m.FrameworkBuild]]:
+    fw = ctx.pins.framework
+    if fw is None:
+        return
+    releases = [ctx.pins.framework_release] if ctx.pins.framework_release else list(fw.releases)
+    for rel in releases:
+        assert rel is not None  # noqa: S101
+        for build in sorted(rel.builds, key=lambda b: (not b.default, [-x for x in b.cuda_version.release])):
+            name = f"{fw.package}=={rel.version} ({build.variant})"
+            ok, how = carries_sm(ctx.matrix, build, ctx.cc)
+            if not ok:
+                ctx.drop(name, how, "framework-sm")
+                continue
+            yield rel, build
+
+
+def carries_sm(matrix: m.Matrix, build: m.FrameworkBuild, cc: str) -> tuple[bool, str]:
+    """Whether a framework build runs on compute capability ``cc``, and how."""
+    sm = "sm_" + cc.replace(".", "")
+    if build.compute_capabilities is None and build.ptx is None:
+        if matrix.cuda_supports_cc(Version(build.cuda + ".0"), cc) or any(
+            matrix.cuda_supports_cc(c.version, cc) for c in matrix.cuda if major_minor(c.version) == build.cuda
+        ):
+            return True, f"the build's compiled architectures are not published; CUDA {build.cuda} builds for {sm}"
+        return False, f"CUDA {build.cuda} cannot build for {sm}"
+    gmaj, gmin = (int(x) for x in cc.split("."))
+    for arch in build.compute_capabilities or ():
+        amaj, amin = (int(x) for x in arch.split("."))
+        if amaj == gmaj and amin <= gmin:
+            exact = "" if amin == gmin else f" (sm_{amaj}{amin} code runs on {sm}: same major, binary compatible)"
+            return True, f"compiled for sm_{amaj}{amin}{exact}"
+    if build.ptx is not None and Version(build.ptx) <= Version(cc):
+        return True, f"no {sm} code, but PTX for compute_{build.ptx.replace('.', '')} is JIT-compiled on it"
+    archs = ", ".join("sm_" + a.replace(".", "") for a in build.compute_capabilities or ())
+    ptx = f" + PTX {build.ptx}" if build.ptx else ""
+    return False, f"not compiled for {sm} (the build carries {archs}{ptx})"
+
+
+def _cuda_candidates(ctx: Context, build: m.FrameworkBuild | None) -> Iterator[tuple[m.CudaRelease, m.ImageRelease]]:
+    flavour = _base_flavour(build)
+    for cuda in ctx.matrix.cuda:
+        name = f"cuda {cuda.version}"
+        if ctx.pins.cuda is not None and not prefix_matches(ctx.pins.cuda, cuda.version):
+            continue
+        if build is not None and major_minor(cuda.version) != build.cuda:
+            continue
+        if not ctx.matrix.cuda_supports_cc(cuda.version, ctx.cc):
+            ctx.drop(name, f"cannot build for sm_{ctx.cc.replace('.', '')} ({ctx.arch.name})", "cuda-sm")
+            continue
+        image = ctx.matrix.image(cuda.version)
+        img_os = ctx.os.cuda_image_os
+        if image is None or img_os not in image.os or flavour not in image.flavours:
+            published = [str(i.cuda) for i in ctx.matrix.images
+                         if img_os in i.os and major_minor(i.cuda) == major_minor(cuda.version)]
+            also = f" (published for {major_minor(cuda.version)}: {', '.join(published)})" if published else ""
+            ctx.drop(name, f"no nvidia/cuda {flavour} image for {img_os}{also}", "image")
+            continue
+        yield cuda, image
+    if build is not None and not any(major_minor(c.version) == build.cuda for c in ctx.matrix.cuda):
+        ctx.drop(f"cuda {build.cuda}", f"not in the catalogue (oldest catalogued: {ctx.matrix.cuda[-1].version})", "cuda-uncatalogued")
+
+
+def _base_flavour(build: m.FrameworkBuild | None) -> str:
+    if build is None:
+        return "runtime"
+    return "base" if build.libraries == "wheels" else "cudnn-runtime"
+
+
+def _try(ctx: Context, drv: DriverChoice, fw_release, build, cuda: m.CudaRelease, image: m.ImageRelease,
+         *, allow_minor: bool) -> Plan | None:
+    combo = f"{drv.branch.label} {drv.release.version} + cuda {cuda.version}"
+    if build is not None:
+        combo += f" + {ctx.pins.framework.package}=={fw_release.version} ({build.variant})"
+    version = drv.release.version
+    compat = "toolkit-driver"
+    floor = ctx.matrix.minor_compat_floor(cuda.version.release[0])
+    if version < cuda.min_driver:
+        if allow_minor and floor is not None and version >= floor.min_driver:
+            compat = "minor-version"
+        else:
+            extra = ""
+            if floor is not None and version >= floor.min_driver:
+                extra = f"; minor-version compatibility (>= {floor.min_driver}) is kept for when no stack meets it"
+            ctx.drop(combo, f"CUDA {cuda.version} needs driver >= {cuda.min_driver} (release notes, Table 3){extra}", "cuda-driver")
+            return None
+    cudnn_version, origin = _cudnn_for(build, image)
+    if ctx.pins.cudnn is not None:
+        if cudnn_version is None:
+            ctx.drop(combo, f"the cuDNN build in the nvidia/cuda {cuda.version} images is not catalogued, so --cudnn {ctx.pins.cudnn} cannot be checked", "cudnn-pin")
+            return None
+        if not prefix_matches(ctx.pins.cudnn, Version(cudnn_version)):
+            ctx.drop(combo, f"cuDNN {cudnn_version} ({origin}) does not match --cudnn {ctx.pins.cudnn}", "cudnn-pin")
+            return None
+    cudnn_reason = None
+    if cudnn_version is not None:
+        ok, why, min_driver = cudnn_supports(ctx.matrix, Version(cudnn_version), cuda.version, ctx.cc, origin)
+        if not ok:
+            ctx.drop(combo, f"cuDNN {cudnn_version}: {why}", "cudnn-support")
+            return None
+        if min_driver is not None and version < min_driver:
+            ctx.drop(combo, f"cuDNN {cudnn_version} needs driver >= {min_driver}", "cudnn-driver")
+            return None
+        cudnn_reason = why
+    return _build_plan(ctx, drv, fw_release, build, cuda, image, compat, cudnn_version, origin, cudnn_reason, floor)
+
+
+def _cudnn_for(build: m.FrameworkBuild | None, image: m.ImageRelease) -> tuple[str | None, str]:
+    if build is not None and build.libraries == "wheels" and build.cudnn is not None:
+        return build.cudnn, "framework"
+    return image.cudnn_version, "image"
+
+
+def cudnn_supports(matrix: m.Matrix, version: Version, cuda: Version, cc: str, origin: str) -> tuple[bool, str, Version | None]:
+    """(supported, why, minimum driver) for a cuDNN build with a CUDA release on compute capability cc."""
+    sm = "sm_" + cc.replace(".", "")
+    exact = matrix.cudnn_release(version)
+    if exact is not None:
+        rows = [b for b in exact.builds if b.cuda.contains(cuda, prereleases=True)]
+        if not rows:
+            return False, f"its support matrix ({exact.version}) does not cover CUDA {cuda}", None
+        rows_sm = [b for b in rows if cc in b.compute_capabilities]
+        if not rows_sm:
+            return False, f"its support matrix ({exact.version}) does not list {sm} with CUDA {cuda}", None
+        return True, f"support matrix {exact.version} lists CUDA {major_minor(cuda)} and {sm}", min(b.min_driver for b in rows_sm)
+    same_major = [c for c in matrix.cudnn if c.version.release[0] == version.release[0]]
+    older = next((c for c in same_major if c.version < version), None)
+    newer = next((c for c in reversed(same_major) if c.version > version), None)
+    bounds = [c for c in (older, newer) if c is not None]
+    if not bounds:
+        return False, f"no cuDNN {version.release[0]}.x support matrix is catalogued", None
+    verdicts = {c.version: any(cc in b.compute_capabilities for b in c.builds) for c in bounds}
+    names = " and ".join(str(c.version) for c in bounds)
+    pairing = "the framework build pins it" if origin == "framework" else "NVIDIA's image pairs it"
+    if all(verdicts.values()):
+        return True, (f"no matrix for {version}; the catalogued matrices either side ({names}) list {sm}, "
+                      f"and {pairing} with CUDA {major_minor(cuda)}"), None
+    if not any(verdicts.values()):
+        return False, f"no matrix for {version}; the catalogued matrices either side ({names}) do not list {sm}", None
+    said = ", ".join(f"{v} {'lists' if ok else 'does not list'} it" for v, ok in verdicts.items())
+    return False, f"{sm} support cannot be confirmed: no matrix for {version} and the neighbours disagree ({said})", None
+
+
+# -- the plan and its reasons ---------------------------------------------------------------
+def _driver_reasons(ctx: Context, b: m.DriverBranch, release: m.DriverRelease, module: str) -> tuple[Reason, ...]:
+    src = b.sources[0]
+    if ctx.pins.driver_branch is not None:
+        why = f"pinned by --driver {ctx.request.driver}"
+        if b.past_eol(ctx.matrix.as_of):
+            why += f"; warning: past end of life ({b.eol or 'listed as EOL'})"
+    else:
+        kinds = "long-term support or production" if ctx.request.policy == "lts" else "any"
+        why = f"newest {kinds} branch not past end of life on {ctx.matrix.as_of} (policy {ctx.request.policy}) that supports {ctx.arch.name}"
+    eol = f", end of life {b.eol}" if b.eol else ""
+    reasons = [Reason("driver", f"{b.label}, {_BRANCH_TYPES[b.type]}{eol}: {why}", src)]
+    rel_why = "pinned" if ctx.pins.driver_release else f"newest {b.label} release in the {ctx.os.nvidia_repo} repository"
+    if ctx.min_driver is not None:
+        rel_why += f"; {ctx.gpu_id} needs >= {ctx.min_driver}"
+    reasons.append(Reason("driver", f"{release.version} ({release.date}): {rel_why}", release.source))
+    if module == b.default_module:
+        mod_why = f"{module} kernel modules: {b.label}'s default, and {ctx.arch.name} runs them"
+    else:
+        mod_why = f"{module} kernel modules: {ctx.arch.name} needs them ({b.label} defaults to {b.default_module})"
+    reasons.append(Reason("kernel-module", mod_why, "kernel-modules-guide"))
+    return tuple(reasons)
+
+
+def _build_plan(ctx, drv: DriverChoice, fw_release, build, cuda, image, compat, cudnn_version, origin, cudnn_reason, floor) -> Plan:
+    matrix, os_rel = ctx.matrix, ctx.os
+    version = str(drv.release.version)
+    reasons = list(drv.reasons)
+    branch = str(drv.branch.branch)
+    names = [n.format(branch=branch) for n in drv.packaging.packages]
+    stream = drv.packaging.module_stream.format(branch=branch) if drv.packaging.module_stream else None
+    install = f"dnf module stream {stream}" if stream else "apt"
+    reasons.append(Reason("driver", f"packages {', '.join(names)} at {version} ({install}; held/locked at that version)", drv.packaging.sources[0]))
+
+    if compat == "toolkit-driver":
+        cuda_why = f"needs driver >= {cuda.min_driver} (release notes, Table 3); {version} meets it"
+        driver_floor = str(cuda.min_driver)
+    else:
+        cuda_why = (f"needs driver >= {cuda.min_driver} for the full toolkit; {version} relies on CUDA minor-version "
+                    f"compatibility (CUDA {cuda.version.release[0]}.x runs on >= {floor.min_driver}, without PTX JIT of newer PTX)")
+        driver_floor = str(floor.min_driver)
+    pick = "pinned" if ctx.pins.cuda else ("the framework build's CUDA" if build else "newest release")
+    reasons.append(Reason("cuda", f"CUDA {cuda.version} ({cuda.label}): {pick} that builds for sm_{ctx.cc.replace('.', '')} "
+                                  f"and has {os_rel.cuda_image_os} images; {cuda_why}", cuda.source))
+
+    flavour = _base_flavour(build)
+    images = {f: f"{matrix.image_repository}:{image.tag(f, os_rel.cuda_image_os)}" for f in image.flavours}
+    base_image = images[flavour]
+    img_why = {"runtime": "runtime flavour: CUDA math libraries, no framework asked for",
+               "base": "base flavour: the framework's wheels bring their own CUDA libraries",
+               "cudnn-runtime": "cudnn-runtime flavour: the framework build uses the image's CUDA and cuDNN"}[flavour]
+    note = f"; {os_rel.cuda_image_note}" if os_rel.cuda_image_note else ""
+    reasons.append(Reason("image", f"{base_image}: {img_why}{note}", image.source))
+
+    cudnn = None
+    if cudnn_version is not None:
+        cudnn = PlanCudnn(cudnn_version, origin)
+        where = "the framework build's pin" if origin == "framework" else f"in the nvidia/cuda {cuda.version} cudnn images"
+        reasons.append(Reason("cudnn", f"cuDNN {cudnn_version} ({where}): {cudnn_reason}", None))
+    else:
+        reasons.append(Reason("cudnn", f"none: the cuDNN build in the nvidia/cuda {cuda.version} cudnn images is not catalogued "
+                                       "(pin --cudnn to choose a CUDA release with a known cuDNN)", image.source))
+
+    framework = None
+    if build is not None:
+        fw = ctx.pins.framework
+        requirement = f"{fw.package}{build.requirement_extra}=={fw_release.version}"
+        framework = PlanFramework(
+            name=fw.id, package=fw.package, version=str(fw_release.version), variant=build.variant,
+            cuda=build.cuda, cuda_runtime=build.cuda_runtime, cudnn=build.cudnn, index_url=build.index_url,
+            extra=build.extra, libraries=build.libraries, requirement=requirement,
+        )
+        index = build.index_url or "the package index default (pypi.org)"
+        _, how = carries_sm(matrix, build, ctx.cc)
+        pins = f"CUDA runtime {build.cuda_runtime}" if build.cuda_runtime else f"CUDA {build.cuda}"
+        reasons.append(Reason("framework", f"{requirement} from {index}: {build.variant} build ({pins}, cuDNN {build.cudnn}); {how}", build.source))
+
+    fabric = None
+    if ctx.nvswitch:
+        fm_names = [n.format(branch=branch) for n in drv.packaging.fabric_manager]
+        fabric = PlanFabricManager(fm_names[0], version, tuple(Package(n, version) for n in fm_names))
+        reasons.append(Reason("fabric-manager", f"{fm_names[0]} {version}: {ctx.gpu_id} sits on an NVSwitch baseboard; "
+                                                 "Fabric Manager must match the driver version exactly", "fabric-manager-guide"))
+    else:
+        reasons.append(Reason("fabric-manager", f"none: {ctx.gpu_id} has no NVSwitch", None))
+
+    toolkit = matrix.toolkit[0]
+    reasons.append(Reason("container-toolkit", f"NVIDIA Container Toolkit {toolkit.version}: newest catalogued release ({toolkit.date})", toolkit.source))
+
+    gpu = ctx.gpus[0]
+    return Plan(
+        request=ctx.request,
+        os=PlanOs(os_rel.id, os_rel.name, os_rel.family, os_rel.distribution, os_rel.version,
+                  os_rel.pkg_manager, os_rel.nvidia_repo, os_rel.kernel_headers, os_rel.cuda_image_os),
+        gpu=PlanGpu(ctx.gpu_id, ctx.gpu_name, ctx.cc, ctx.arch.id, tuple(g.id for g in ctx.gpus), ctx.nvswitch,
+                    all(g.mig is not None for g in ctx.gpus), tuple(sorted({p for g in ctx.gpus for p in g.pci_device_ids}))),
+        driver=PlanDriver(branch, version, drv.module, drv.branch.type, drv.branch.eol, drv.packaging.method,
+                          stream, tuple(Package(n, version) for n in names)),
+        cuda=PlanCuda(str(cuda.version), cuda.label, str(cuda.min_driver), compat),
+        cudnn=cudnn,
+        framework=framework,
+        fabric_manager=fabric,
+        container_toolkit=PlanToolkit(str(toolkit.version), tuple(Package(p, str(toolkit.version)) for p in toolkit.packages)),
+        base_image=base_image,
+        images=images,
+        driver_floor=driver_floor,
+        reasons=(Reason("os", f"{os_rel.name}: {os_rel.pkg_manager}, NVIDIA repository {os_rel.nvidia_repo}", os_rel.sources[0]),
+                 Reason("gpu", _gpu_text(ctx), gpu.sources[0]), *reasons),
+        data=PlanData(str(matrix.as_of), _data_digest(matrix)),
+    )
+
+
+def _gpu_text(ctx: Context) -> str:
+    covers = f"covers {', '.join(g.id for g in ctx.gpus)}; " if len(ctx.gpus) > 1 else ""
+    fm = "NVSwitch baseboard" if ctx.nvswitch else "no NVSwitch"
+    return f"{ctx.gpu_name}: {covers}{ctx.arch.name}, compute capability {ctx.cc}, {fm}"
+
+
+def _data_digest(matrix: m.Matrix) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for name in sorted(matrix.files):
+        h.update(f"{name}:{matrix.files[name]}\n".encode())
+    return "sha256:" + h.hexdigest()
+
+
+# -- refusals ----------------------------------------------------------------------------------
+def _pin_text(request: PlanRequest) -> str:
+    pins = [f"{k}={getattr(request, k)}" for k in ("driver", "cuda", "cudnn", "framework") if getattr(request, k)]
+    if request.policy != "lts":
+        pins.append(f"policy={request.policy}")
+    return f" pins=[{', '.join(pins)}]" if pins else ""
+
+
+def _quiet(matrix: m.Matrix, request: PlanRequest) -> Plan | None:
+    try:
+        return _search(context(matrix, request))
+    except InputError:
+        return None
+
+
+def _suggest(matrix: m.Matrix, request: PlanRequest, limit: int = 3) -> str:
+    """Pin changes that resolve, cheapest first."""
+    from dataclasses import replace
+
+    found: list[str] = []
+
+    def attempt(label: str, req: PlanRequest) -> None:
+        if len(found) >= limit:
+            return
+        plan = _quiet(matrix, req)
+        if plan is not None:
+            found.append(f"{label} (gives driver {plan.driver.version}, cuda {plan.cuda.version})")
+
+    if request.cuda:
+        for mm in sorted({major_minor(c.version) for c in matrix.cuda}, key=Version, reverse=True):
+            if mm != request.cuda and len(found) < 2:
+                attempt(f"--cuda {mm}", replace(request, cuda=mm))
+    if request.driver:
+        for b in matrix.drivers:
+            if str(b.branch) != request.driver.split(".")[0] and len(found) < limit:
+                attempt(f"--driver {b.branch}", replace(request, driver=str(b.branch)))
+    if request.framework and "==" in request.framework:
+        name, _, ver = request.framework.partition("==")
+        fw = matrix.framework(_FRAMEWORK_NAMES.get(name.lower(), name))
+        for rel in fw.releases:
+            if str(rel.version) != ver and len(found) < limit:
+                attempt(f"--framework {name}=={rel.version}", replace(request, framework=f"{name}=={rel.version}"))
+                if found and found[-1].startswith("--framework"):
+                    break
+    if request.cudnn:
+        attempt("drop --cudnn", replace(request, cudnn=None))
+    for key in ("cuda", "driver", "framework"):
+        if getattr(request, key):
+            attempt(f"drop --{key}", replace(request, **{key: None}))
+    if request.policy == "lts":
+        attempt("--policy latest", replace(request, policy="latest"))
+    if not found:
+        for os_rel in matrix.os_releases:
+            if os_rel.id != request.os:
+                attempt(f"--os {os_rel.id}", replace(request, os=os_rel.id))
+    if not found:
+        return "no single pin change resolves; see the reasons above and provision matrix check"
+    return "try " + "; or ".join(found)

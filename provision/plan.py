@@ -1,0 +1,252 @@
+"""The plan: what a host and its images must run. Everything after ``provision plan`` reads this.
+
+``Plan.to_dict()`` is the only serialiser and ``Plan.from_dict()`` its exact inverse; the JSON
+document they exchange is the contract in the README (``"schema": 1``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from provision.errors import InputError
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class PlanRequest:
+    os: str
+    gpu: str
+    driver: str | None = None  # "535" (a branch) or "535.183.06" (a release)
+    cuda: str | None = None  # "12.4" or "12.4.1"
+    cudnn: str | None = None  # "9", "9.1" or "9.1.0.70"
+    framework: str | None = None  # "pytorch==2.5.1"
+    policy: str = "lts"  # lts | latest
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    component: str  # os, gpu, driver, kernel-module, cuda, cudnn, framework, image, fabric-manager, ...
+    text: str
+    source: str | None = None  # a key of compat/sources.yaml
+
+
+@dataclass(frozen=True, slots=True)
+class PlanOs:
+    id: str
+    name: str
+    family: str
+    distribution: str
+    version: str
+    pkg_manager: str
+    nvidia_repo: str
+    kernel_headers: tuple[str, ...]
+    cuda_image_os: str
+
+
+@dataclass(frozen=True, slots=True)
+class PlanGpu:
+    id: str
+    name: str
+    compute_capability: str
+    architecture: str
+    members: tuple[str, ...]
+    nvswitch: bool
+    mig: bool
+    pci_device_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Package:
+    name: str
+    version: str  # full package version, revision included ("580.95.05-1")
+
+
+@dataclass(frozen=True, slots=True)
+class PlanDriver:
+    branch: str
+    version: str
+    kernel_module: str  # open | proprietary
+    branch_type: str
+    eol: str | None
+    install_method: str  # apt | dnf-module
+    module_stream: str | None
+    packages: tuple[Package, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PlanCuda:
+    version: str
+    label: str
+    min_driver: str
+    compatibility: str  # "toolkit-driver" or "minor-version"
+
+
+@dataclass(frozen=True, slots=True)
+class PlanCudnn:
+    version: str
+    origin: str  # framework | image
+
+
+@dataclass(frozen=True, slots=True)
+class PlanFramework:
+    name: str
+    package: str
+    version: str
+    variant: str
+    cuda: str
+    cuda_runtime: str | None
+    cudnn: str | None
+    index_url: str | None
+    extra: str | None
+    libraries: str
+    requirement: str  # what pip takes: "torch==2.5.1"
+
+
+@dataclass(frozen=True, slots=True)
+class PlanFabricManager:
+    package: str
+    version: str
+    packages: tuple[Package, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PlanToolkit:
+    version: str
+    packages: tuple[Package, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PlanData:
+    as_of: str
+    digest: str  # sha256 over the compat/ files the plan was resolved from
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    request: PlanRequest
+    os: PlanOs
+    gpu: PlanGpu
+    driver: PlanDriver
+    cuda: PlanCuda
+    cudnn: PlanCudnn | None
+    framework: PlanFramework | None
+    fabric_manager: PlanFabricManager | None
+    container_toolkit: PlanToolkit
+    base_image: str
+    images: dict[str, str]  # flavour -> nvidia/cuda:<tag> for the plan's CUDA and OS
+    driver_floor: str  # oldest driver the plan's images need (NVIDIA_REQUIRE_CUDA)
+    reasons: tuple[Reason, ...]
+    data: PlanData
+    schema: int = SCHEMA_VERSION
+
+    # -- serialisation -------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        body = _dump(self)
+        body = {"schema": body.pop("schema"), **body}
+        body["digest"] = self.digest()
+        return body
+
+    @classmethod
+    def from_dict(cls, doc: Any, *, origin: str = "plan") -> Plan:
+        if not isinstance(doc, dict) or "driver" not in doc or "request" not in doc:
+            raise InputError(
+                f"{origin} is not a provision plan",
+                hint="write one with: provision plan --os OS --gpu GPU --lock plan.lock.json",
+            )
+        if doc.get("schema") != SCHEMA_VERSION:
+            raise InputError(
+                f"{origin} has plan schema {doc.get('schema')!r}; this provision reads schema {SCHEMA_VERSION}",
+                hint="re-create the lock file with this version of provision plan --lock",
+            )
+        body = {k: v for k, v in doc.items() if k != "digest"}
+        try:
+            plan = _load(cls, body)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InputError(f"{origin} is not a valid plan ({exc})", hint="re-create it with provision plan --lock") from None
+        if "digest" in doc and doc["digest"] != plan.digest():
+            raise InputError(
+                f"{origin} was edited after it was written (digest mismatch)",
+                hint="plans are resolved, not edited: change the pins and run provision plan --lock again",
+            )
+        return plan
+
+    def digest(self) -> str:
+        """sha256 over what the plan pins (request, choices, images), not over its prose."""
+        body = _dump(self)
+        for key in ("reasons", "data"):
+            body.pop(key)
+        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+        return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+    @property
+    def short_digest(self) -> str:
+        return self.digest().removeprefix("sha256:")[:12]
+
+
+def read_plan(path: str | Path) -> Plan:
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text())
+    except OSError as exc:
+        raise InputError(f"cannot read plan {str(p)!r}: {exc.strerror or exc}", hint="check the --plan path") from None
+    except ValueError as exc:
+        raise InputError(
+            f"{str(p)!r} is not a plan: not JSON ({exc})",
+            hint="write one with: provision plan --os OS --gpu GPU --lock plan.lock.json",
+        ) from None
+    return Plan.from_dict(doc, origin=repr(str(p)))
+
+
+def write_plan(plan: Plan, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(plan.to_dict(), indent=2) + "\n")
+
+
+# -- generic dataclass <-> JSON ------------------------------------------------------------
+def _dump(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj):
+        return {f.name: _dump(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [_dump(x) for x in obj]
+    if isinstance(obj, dict):
+        return {k: _dump(v) for k, v in obj.items()}
+    return obj
+
+
+def _load(tp: Any, value: Any) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None:
+            return None
+        return _load(args[0], value)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise TypeError(f"{tp.__name__} must be an object")
+        hints = typing.get_type_hints(tp)
+        kwargs = {}
+        for f in dataclasses.fields(tp):
+            if f.name in value:
+                kwargs[f.name] = _load(hints[f.name], value[f.name])
+            elif f.default is dataclasses.MISSING:
+                raise KeyError(f"missing {tp.__name__.lower()} key {f.name!r}")
+        return tp(**kwargs)
+    if origin is tuple:
+        (item,) = typing.get_args(tp)[:1]
+        if not isinstance(value, list):
+            raise TypeError("expected a list")
+        return tuple(_load(item, v) for v in value)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise TypeError("expected an object")
+        return dict(value)
+    if tp in (str, int, bool) and not isinstance(value, tp):
+        raise TypeError(f"expected {tp.__name__}, got {type(value).__name__}")
+    return value
