@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import click
 
-from provision.commands.matrix import TOPICS
+from provision.cli_topics import TOPICS
 from provision.output import dumps_json, dumps_yaml, markdown_table, print_table
 from provision.plan import PlanRequest
 
@@ -48,7 +47,7 @@ def plan_cmd(ctx, os_id, gpu, driver, cuda, cudnn, framework, policy, fmt, lock,
 
     matrix = load(ctx, compat_dir)
     request = PlanRequest(os=os_id, gpu=gpu, driver=driver, cuda=cuda, cudnn=cudnn, framework=framework, policy=policy)
-    result = plan(request, matrix=matrix, lock=Path(lock) if lock else None)
+    result = plan(request, matrix=matrix, lock=lock)
     p = result.plan
     if fmt == "json":
         sys.stdout.write(dumps_json(p.to_dict()))

@@ -4,24 +4,20 @@
 document they exchange is the contract in the README (``"schema": 1``).
 """
 
-from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
+import os
 import types
 import typing
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from provision.errors import InputError
 
 SCHEMA_VERSION = 1
 
 
-@dataclass(frozen=True, slots=True)
-class PlanRequest:
+class PlanRequest(NamedTuple):
     os: str
     gpu: str
     driver: str | None = None  # "535" (a branch) or "535.183.06" (a release)
@@ -31,15 +27,13 @@ class PlanRequest:
     policy: str = "lts"  # lts | latest
 
 
-@dataclass(frozen=True, slots=True)
-class Reason:
+class Reason(NamedTuple):
     component: str  # os, gpu, driver, kernel-module, cuda, cudnn, framework, image, fabric-manager, ...
     text: str
     source: str | None = None  # a key of compat/sources.yaml
 
 
-@dataclass(frozen=True, slots=True)
-class PlanOs:
+class PlanOs(NamedTuple):
     id: str
     name: str
     family: str
@@ -51,8 +45,7 @@ class PlanOs:
     cuda_image_os: str
 
 
-@dataclass(frozen=True, slots=True)
-class PlanGpu:
+class PlanGpu(NamedTuple):
     id: str
     name: str
     compute_capability: str
@@ -63,14 +56,12 @@ class PlanGpu:
     pci_device_ids: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class Package:
+class Package(NamedTuple):
     name: str
     version: str  # full package version, revision included ("580.95.05-1")
 
 
-@dataclass(frozen=True, slots=True)
-class PlanDriver:
+class PlanDriver(NamedTuple):
     branch: str
     version: str
     kernel_module: str  # open | proprietary
@@ -81,22 +72,19 @@ class PlanDriver:
     packages: tuple[Package, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class PlanCuda:
+class PlanCuda(NamedTuple):
     version: str
     label: str
     min_driver: str
     compatibility: str  # "toolkit-driver" or "minor-version"
 
 
-@dataclass(frozen=True, slots=True)
-class PlanCudnn:
+class PlanCudnn(NamedTuple):
     version: str
     origin: str  # framework | image
 
 
-@dataclass(frozen=True, slots=True)
-class PlanFramework:
+class PlanFramework(NamedTuple):
     name: str
     package: str
     version: str
@@ -110,27 +98,23 @@ class PlanFramework:
     requirement: str  # what pip takes: "torch==2.5.1"
 
 
-@dataclass(frozen=True, slots=True)
-class PlanFabricManager:
+class PlanFabricManager(NamedTuple):
     package: str
     version: str
     packages: tuple[Package, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class PlanToolkit:
+class PlanToolkit(NamedTuple):
     version: str
     packages: tuple[Package, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class PlanData:
+class PlanData(NamedTuple):
     as_of: str
     digest: str  # sha256 over the compat/ files the plan was resolved from
 
 
-@dataclass(frozen=True, slots=True)
-class Plan:
+class Plan(NamedTuple):
     request: PlanRequest
     os: PlanOs
     gpu: PlanGpu
@@ -155,7 +139,7 @@ class Plan:
         return body
 
     @classmethod
-    def from_dict(cls, doc: Any, *, origin: str = "plan") -> Plan:
+    def from_dict(cls, doc: Any, *, origin: str = "plan") -> "Plan":
         if not isinstance(doc, dict) or "driver" not in doc or "request" not in doc:
             raise InputError(
                 f"{origin} is not a provision plan",
@@ -191,28 +175,38 @@ class Plan:
         return self.digest().removeprefix("sha256:")[:12]
 
 
-def read_plan(path: str | Path) -> Plan:
-    p = Path(path)
+def read_plan(path: str | os.PathLike[str]) -> Plan:
+    p = os.fspath(path)
     try:
-        doc = json.loads(p.read_text())
+        with open(p, encoding="utf-8") as handle:
+            doc = json.load(handle)
     except OSError as exc:
-        raise InputError(f"cannot read plan {str(p)!r}: {exc.strerror or exc}", hint="check the --plan path") from None
+        raise InputError(f"cannot read plan {p!r}: {exc.strerror or exc}", hint="check the --plan path") from None
     except ValueError as exc:
         raise InputError(
-            f"{str(p)!r} is not a plan: not JSON ({exc})",
+            f"{p!r} is not a plan: not JSON ({exc})",
             hint="write one with: provision plan --os OS --gpu GPU --lock plan.lock.json",
         ) from None
-    return Plan.from_dict(doc, origin=repr(str(p)))
+    return Plan.from_dict(doc, origin=repr(p))
 
 
-def write_plan(plan: Plan, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(plan.to_dict(), indent=2) + "\n")
+def write_plan(plan: Plan, path: str | os.PathLike[str]) -> None:
+    p = os.fspath(path)
+    try:
+        with open(p, "w", encoding="utf-8") as handle:
+            handle.write(json.dumps(plan.to_dict(), indent=2) + "\n")
+    except OSError as exc:
+        raise InputError(f"cannot write {p!r}: {exc.strerror or exc}", hint="choose a writable --lock path") from None
 
 
-# -- generic dataclass <-> JSON ------------------------------------------------------------
+# -- generic record <-> JSON ----------------------------------------------------------------
+def _is_record(obj: Any) -> bool:
+    return isinstance(obj, tuple) and hasattr(obj, "_fields")
+
+
 def _dump(obj: Any) -> Any:
-    if dataclasses.is_dataclass(obj):
-        return {f.name: _dump(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if _is_record(obj):
+        return {name: _dump(value) for name, value in zip(obj._fields, obj, strict=True)}
     if isinstance(obj, (list, tuple)):
         return [_dump(x) for x in obj]
     if isinstance(obj, dict):
@@ -227,16 +221,16 @@ def _load(tp: Any, value: Any) -> Any:
         if value is None:
             return None
         return _load(args[0], value)
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and issubclass(tp, tuple) and hasattr(tp, "_fields"):
         if not isinstance(value, dict):
             raise TypeError(f"{tp.__name__} must be an object")
         hints = typing.get_type_hints(tp)
         kwargs = {}
-        for f in dataclasses.fields(tp):
-            if f.name in value:
-                kwargs[f.name] = _load(hints[f.name], value[f.name])
-            elif f.default is dataclasses.MISSING:
-                raise KeyError(f"missing {tp.__name__.lower()} key {f.name!r}")
+        for name in tp._fields:
+            if name in value:
+                kwargs[name] = _load(hints[name], value[name])
+            elif name not in tp._field_defaults:
+                raise KeyError(f"missing {tp.__name__.lower()} key {name!r}")
         return tp(**kwargs)
     if origin is tuple:
         (item,) = typing.get_args(tp)[:1]

@@ -1,91 +1,157 @@
 """The only place versions and version constraints are parsed.
 
-Driver, CUDA, cuDNN and framework versions are all dotted numbers that PEP 440 orders the way
-NVIDIA and the frameworks do ("570.26" < "570.124.06" < "580.65.06"), so ``packaging`` does the
-work. Package revisions ("-1", "-0ubuntu1") are kept apart from upstream versions, because PEP 440
-would read "12.4.127-1" as a post-release.
+Driver, CUDA, cuDNN and framework versions in compat/ are dotted numbers ("570.26",
+"580.95.05", "12.4.1", "9.1.0.70"), ordered component by component as NVIDIA and the
+frameworks order them ("570.26" < "570.124.06" < "580.65.06"), and printed exactly as written
+("580.95.05", never "580.95.5"). Constraints are comma-separated comparisons, all of which
+must hold: ">=12.0,<12.7". Trailing zeros do not matter ("12.4" == "12.4.0").
+
+This is deliberately smaller than PEP 440 (the ``packaging`` library, which the framework
+refresh tool uses for wheel metadata): the catalogue never needs pre-releases, epochs or local
+versions, and keeping ``packaging`` out of ``provision plan`` keeps its start-up fast.
+Package revisions ("-1", "-0ubuntu1") are kept apart from upstream versions.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
+from functools import total_ordering
 
 _DOTTED = re.compile(r"^\d+(\.\d+)*$")
+_CLAUSE = re.compile(r"^\s*(==|!=|>=|<=|>|<)\s*(\d+(?:\.\d+)*)\s*$")
 
 
-class DottedVersion(Version):
-    """A PEP 440 version that prints as it was written: NVIDIA's "580.95.05", not "580.95.5"."""
+@total_ordering
+class DottedVersion:
+    """A dotted numeric version that compares numerically and prints as it was written."""
 
-    __slots__ = ("_text",)
+    __slots__ = ("_key", "_text", "release")
 
     def __init__(self, text: str) -> None:
-        super().__init__(text)
+        if not isinstance(text, str) or not _DOTTED.match(text):
+            raise ValueError(f"not a dotted numeric version: {text!r}")
         self._text = text
+        self.release: tuple[int, ...] = tuple(int(p) for p in text.split("."))
+        key = list(self.release)
+        while len(key) > 1 and key[-1] == 0:
+            key.pop()
+        self._key = tuple(key)
 
     def __str__(self) -> str:
         return self._text
 
     def __repr__(self) -> str:
-        return f"<DottedVersion({self._text!r})>"
+        return f"DottedVersion({self._text!r})"
 
-    def __reduce__(self):  # pickling keeps the spelling
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DottedVersion):
+            return NotImplemented
+        return self._key == other._key
+
+    def __lt__(self, other: DottedVersion) -> bool:
+        if not isinstance(other, DottedVersion):
+            return NotImplemented
+        return self._key < other._key
+
+    def __reduce__(self):
         return (DottedVersion, (self._text,))
+
+
+class VersionSpec:
+    """Comma-separated version constraints, all of which must hold (">=12.0,<13")."""
+
+    __slots__ = ("_clauses", "_text")
+
+    def __init__(self, text: str) -> None:
+        clauses = []
+        for part in text.split(","):
+            m = _CLAUSE.match(part)
+            if not m:
+                raise ValueError(f"not a version constraint: {text!r} (use e.g. '>=12.0,<13')")
+            clauses.append((m[1], DottedVersion(m[2])))
+        self._text = text
+        self._clauses = tuple(clauses)
+
+    def contains(self, version: DottedVersion | str) -> bool:
+        v = version if isinstance(version, DottedVersion) else DottedVersion(version)
+        for op, bound in self._clauses:
+            if not _OPS[op](v, bound):
+                return False
+        return True
+
+    def __contains__(self, version: DottedVersion | str) -> bool:
+        return self.contains(version)
+
+    def __str__(self) -> str:
+        return self._text
+
+    def __repr__(self) -> str:
+        return f"VersionSpec({self._text!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, VersionSpec) and self._clauses == other._clauses
+
+    def __hash__(self) -> int:
+        return hash(self._clauses)
+
+
+_OPS = {
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+    ">=": lambda a, b: a >= b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    "<": lambda a, b: a < b,
+}
 
 
 def parse_version(text: str) -> DottedVersion:
     """Parse a dotted numeric version; raise ValueError for anything else."""
-    if not isinstance(text, str) or not _DOTTED.match(text):
-        raise ValueError(f"not a dotted numeric version: {text!r}")
-    try:
-        return DottedVersion(text)
-    except InvalidVersion as exc:  # pragma: no cover - the regex already rules this out
-        raise ValueError(str(exc)) from exc
+    return DottedVersion(text)
 
 
 def is_version(text: object) -> bool:
     return isinstance(text, str) and bool(_DOTTED.match(text))
 
 
-def parse_specifier(text: str) -> SpecifierSet:
-    try:
-        return SpecifierSet(text)
-    except InvalidSpecifier as exc:
-        raise ValueError(f"not a version specifier: {text!r}") from exc
+def parse_specifier(text: str) -> VersionSpec:
+    return VersionSpec(text)
 
 
-def major(version: Version) -> int:
-    return version.release[0]
-
-
-def major_minor(version: Version) -> str:
+def major_minor(version: DottedVersion) -> str:
     rel = version.release + (0,)
     return f"{rel[0]}.{rel[1]}"
 
 
-def prefix_matches(prefix: str, version: Version) -> bool:
+def prefix_matches(prefix: str, version: DottedVersion) -> bool:
     """True when ``version`` starts with the dotted ``prefix`` ("12.4" matches 12.4.1)."""
     parts = tuple(int(p) for p in prefix.split("."))
     return version.release[: len(parts)] == parts
 
 
-@dataclass(frozen=True, slots=True)
 class PackageVersion:
-    """An upstream version plus the distribution's package revision."""
+    """An upstream version plus the distribution's package revision, spelled per package manager."""
 
-    version: str
-    release: str
+    __slots__ = ("release", "version")
+
+    def __init__(self, version: str, release: str = "") -> None:
+        self.version = version
+        self.release = release
 
     def full(self) -> str:
         return f"{self.version}-{self.release}" if self.release else self.version
 
     def pin(self, name: str, pkg_manager: str) -> str:
-        """The spelling a package manager takes for this exact version."""
+        """The spelling a package manager takes for this exact version.
+
+        Without a known revision, apt gets a glob over revisions ("name=1.2.3-*") and dnf the
+        version alone ("name-1.2.3"), which both match exactly that upstream version.
+        """
         if pkg_manager == "apt":
-            return f"{name}={self.full()}"
+            return f"{name}={self.full() if self.release else self.version + '-*'}"
         if pkg_manager == "dnf":
             return f"{name}-{self.full()}"
         raise ValueError(f"unknown package manager {pkg_manager!r}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from typing import NamedTuple
 from typing import Any
 
 from provision.errors import InputError, NoCompatibleStack
@@ -13,11 +13,10 @@ from provision.matrix.model import Matrix
 from provision.plan import PlanRequest
 from provision.versions import major_minor
 
-TOPICS = ("gpus", "os", "drivers", "cuda", "cudnn", "frameworks", "images")
+from provision.cli_topics import TOPICS  # noqa: F401 - re-exported
 
 
-@dataclass(frozen=True, slots=True)
-class Listing:
+class Listing(NamedTuple):
     title: str
     headers: tuple[str, ...]
     rows: list[tuple[Any, ...]]
@@ -82,7 +81,7 @@ def _cuda(m: Matrix) -> Listing:
     headers = ("CUDA", "release", "min driver", "compute capabilities", "host OS repos")
     rows, records = [], []
     for c in m.cuda:
-        ccs = [s.compute_capability for s in m.compute_support if s.cuda.contains(c.version, prereleases=True)]
+        ccs = [s.compute_capability for s in m.compute_support if s.cuda.contains(c.version)]
         rows.append((str(c.version), c.label, str(c.min_driver), ccs, list(c.os)))
         records.append({"version": str(c.version), "label": c.label, "min_driver": str(c.min_driver),
                         "compute_capabilities": ccs, "os": list(c.os), "source": c.source})
@@ -139,13 +138,13 @@ _LISTINGS = {"gpus": _gpus, "os": _os, "drivers": _drivers, "cuda": _cuda, "cudn
 
 
 # -- check -------------------------------------------------------------------------------------
-@dataclass(slots=True)
 class CheckResult:
-    problems: list[Problem]
-    groups: dict[str, dict[str, int]] = field(default_factory=dict)  # request kind -> {resolved, refused}
-    refusals: Counter[str] = field(default_factory=Counter)  # rule -> refused requests it eliminated
-    unresolved_pairs: list[tuple[str, str, str]] = field(default_factory=list)  # (os, gpu, first reason)
-    seconds: float = 0.0
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        self.groups: dict[str, dict[str, int]] = {}  # request kind -> {resolved, refused, not applicable}
+        self.refusals: Counter[str] = Counter()  # rule -> refused requests it eliminated candidates of
+        self.unresolved_pairs: list[tuple[str, str, str]] = []  # (os, gpu, first reason)
+        self.seconds = 0.0
 
     @property
     def ok(self) -> bool:
@@ -158,6 +157,9 @@ def check(matrix: Matrix, raw: dict[str, Any] | None = None) -> CheckResult:
 
     start = time.perf_counter()
     result = CheckResult(problems=check_invariants(matrix, raw) if raw is not None else [])
+    if result.problems:  # resolving over dangling ids would only repeat the same problems
+        result.seconds = time.perf_counter() - start
+        return result
     gpu_ids = [g.id for g in matrix.gpus] + [g.id for g in matrix.gpu_groups]
     declared = {(x.os, x.gpu) for x in matrix.exclusions}
     cuda_lines = sorted({major_minor(c.version) for c in matrix.cuda})

@@ -1,27 +1,25 @@
 """`provision plan`: resolve a request into a plan (and its lock file)."""
 
-from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
+import os
+from typing import NamedTuple
 
 from provision.matrix.model import Matrix
 from provision.plan import Plan, PlanRequest, write_plan
 
 
-@dataclass(frozen=True, slots=True)
-class PlanResult:
+class PlanResult(NamedTuple):
     plan: Plan
-    lock: Path | None
+    lock: str | None
 
 
-def plan(request: PlanRequest, *, matrix: Matrix, lock: Path | None = None) -> PlanResult:
+def plan(request: PlanRequest, *, matrix: Matrix, lock: str | os.PathLike[str] | None = None) -> PlanResult:
     from provision.matrix.resolve import resolve
 
     result = resolve(matrix, request)
     if lock is not None:
         write_plan(result, lock)
-    return PlanResult(result, lock)
+    return PlanResult(result, os.fspath(lock) if lock is not None else None)
 
 
 def plan_rows(p: Plan) -> list[tuple[str, str]]:

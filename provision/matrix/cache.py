@@ -10,52 +10,58 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
-from pathlib import Path
 
 from provision import __version__
 from provision.matrix.loader import FILES, attach_hashes, build, load_checked
 from provision.matrix.model import Matrix
 
 
-def cache_dir() -> Path:
+def cache_dir() -> str:
     explicit = os.environ.get("PROVISION_CACHE_DIR")
     if explicit:
-        return Path(explicit)
+        return explicit
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "provision"
+    return os.path.join(base, "provision")
 
 
-def load_cached(compat: Path) -> Matrix:
+def _read(path: str) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+def load_cached(compat: str | os.PathLike[str]) -> Matrix:
+    compat = os.fspath(compat)
     if os.environ.get("PROVISION_NO_CACHE"):
         return load_checked(compat)[0]
     contents: dict[str, bytes] = {}
     digest = hashlib.sha256(__version__.encode())
     try:
         for name in FILES:
-            data = (compat / f"{name}.yaml").read_bytes()
+            data = _read(os.path.join(compat, f"{name}.yaml"))
             contents[f"{name}.yaml"] = data
             digest.update(name.encode() + b"\0" + data + b"\0")
-        for schema in sorted((compat / "schema").glob("*.json")):
-            digest.update(schema.name.encode() + b"\0" + schema.read_bytes() + b"\0")
+        schemas = os.path.join(compat, "schema")
+        for schema in sorted(f for f in os.listdir(schemas) if f.endswith(".json")):
+            digest.update(schema.encode() + b"\0" + _read(os.path.join(schemas, schema)) + b"\0")
     except OSError:
         return load_checked(compat)[0]  # reports the unreadable file with its name
-    path = cache_dir() / f"matrix-{digest.hexdigest()[:32]}.json"
+    path = os.path.join(cache_dir(), f"matrix-{digest.hexdigest()[:32]}.json")
     try:
-        raw = json.loads(path.read_text())
+        raw = json.loads(_read(path))
         matrix = build(raw)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         matrix, raw = load_checked(compat)
         _store(path, raw)
         return matrix
-    attach_hashes(matrix, contents)
-    return matrix
+    return attach_hashes(matrix, contents)
 
 
-def _store(path: Path, raw: dict) -> None:
+def _store(path: str, raw: dict) -> None:
+    import tempfile
+
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".matrix-", suffix=".tmp")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".matrix-", suffix=".tmp")
         with os.fdopen(fd, "w") as handle:
             json.dump(raw, handle)
         os.replace(tmp, path)

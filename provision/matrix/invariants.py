@@ -4,19 +4,17 @@ The JSON Schemas check each file's shape; these check what a schema cannot: refe
 files, newest-first order, and that every fact cites a known source.
 """
 
-from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 from typing import Any
 
-from packaging.version import Version
 
 from provision.matrix.model import Matrix
+from provision.versions import DottedVersion as Version
 
 
-@dataclass(frozen=True, slots=True)
-class Problem:
+class Problem(NamedTuple):
     file: str
     key_path: str
     problem: str
@@ -33,7 +31,7 @@ def _sources_cited(raw: dict[str, Any]) -> Iterable[tuple[str, str, str]]:
         if isinstance(node, dict):
             for key, value in node.items():
                 sub = f"{path}.{key}" if path else str(key)
-                if key == "source" and isinstance(value, str):
+                if key in ("source", "arch_source") and isinstance(value, str):
                     yield file, sub, value
                 elif key == "sources" and isinstance(value, list):
                     for i, v in enumerate(value):

@@ -8,10 +8,8 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-from pathlib import Path
+import os
 from typing import Any
-
-import yaml
 
 from provision.errors import CompatDataError
 from provision.matrix import model as m
@@ -31,22 +29,27 @@ FILES = (
     "unsupported",
 )
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+def _read_bytes(path: str) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read()
 
 
-def read_raw(compat: Path) -> dict[str, Any]:
+def read_raw(compat: str | os.PathLike[str]) -> dict[str, Any]:
     """Read and schema-check every data file; returns {name: parsed document}."""
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     raw: dict[str, Any] = {}
     for name in FILES:
-        path = compat / f"{name}.yaml"
+        path = os.path.join(compat, f"{name}.yaml")
         try:
-            text = path.read_bytes()
+            text = _read_bytes(path)
         except OSError as exc:
             raise CompatDataError(
                 f"{name}.yaml", "", f"cannot read ({exc.strerror or exc})"
             ) from None
         try:
-            doc = yaml.load(text, Loader=_Loader)  # noqa: S506 - CSafeLoader/SafeLoader only
+            doc = yaml.load(text, Loader=loader)  # noqa: S506 - CSafeLoader/SafeLoader only
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f"line {mark.line + 1}" if mark else ""
@@ -57,12 +60,12 @@ def read_raw(compat: Path) -> dict[str, Any]:
     return raw
 
 
-def _validate(compat: Path, name: str, doc: Any) -> None:
+def _validate(compat: str | os.PathLike[str], name: str, doc: Any) -> None:
     import jsonschema
 
-    schema_path = compat / "schema" / f"{name}.schema.json"
+    schema_path = os.path.join(compat, "schema", f"{name}.schema.json")
     try:
-        schema = json.loads(schema_path.read_text())
+        schema = json.loads(_read_bytes(schema_path))
     except (OSError, ValueError) as exc:
         raise CompatDataError(f"schema/{name}.schema.json", "", f"unreadable schema ({exc})") from None
     validator = jsonschema.Draft202012Validator(schema)
@@ -99,12 +102,12 @@ def key_path(doc: Any, path: list[Any]) -> str:
     return out
 
 
-def load_matrix(compat: Path) -> m.Matrix:
+def load_matrix(compat: str | os.PathLike[str]) -> m.Matrix:
     """Load compat/ into a Matrix; raise CompatDataError on the first problem found."""
     return load_checked(compat)[0]
 
 
-def load_checked(compat: Path) -> tuple[m.Matrix, dict[str, Any]]:
+def load_checked(compat: str | os.PathLike[str]) -> tuple[m.Matrix, dict[str, Any]]:
     """(matrix, raw documents) after schema and invariant checks."""
     from provision.matrix.invariants import check_invariants
 
@@ -115,13 +118,13 @@ def load_checked(compat: Path) -> tuple[m.Matrix, dict[str, Any]]:
         first = problems[0]
         more = f" (and {len(problems) - 1} more; run provision matrix check)" if len(problems) > 1 else ""
         raise CompatDataError(first.file, first.key_path, first.problem + more)
-    attach_hashes(matrix, {f"{n}.yaml": (compat / f"{n}.yaml").read_bytes() for n in FILES})
+    matrix = attach_hashes(matrix, {f"{n}.yaml": _read_bytes(os.path.join(compat, f"{n}.yaml")) for n in FILES})
     return matrix, raw
 
 
-def attach_hashes(matrix: m.Matrix, contents: dict[str, bytes]) -> None:
-    hashes = {name: hashlib.sha256(data).hexdigest() for name, data in contents.items()}
-    object.__setattr__(matrix, "files", hashes)
+def attach_hashes(matrix: m.Matrix, contents: dict[str, bytes]) -> m.Matrix:
+    hashes = tuple((name, hashlib.sha256(data).hexdigest()) for name, data in sorted(contents.items()))
+    return matrix._replace(files=hashes)
 
 
 def _v(file: str, path: str, text: str):
@@ -250,7 +253,7 @@ def build(raw: dict[str, Any]) -> m.Matrix:
                     variant=b["variant"], index_url=b["index_url"], default=b["default"], cuda=b["cuda"],
                     cuda_runtime=b["cuda_runtime"], cudnn=b["cudnn"], libraries=b["libraries"], extra=b["extra"],
                     compute_capabilities=tuple(b["compute_capabilities"]) if b["compute_capabilities"] else None,
-                    ptx=b["ptx"], source=b["source"], evidence=b["evidence"],
+                    ptx=b["ptx"], arch_source=b["arch_source"], source=b["source"], evidence=b["evidence"],
                 )
                 for b in r["builds"]
             )

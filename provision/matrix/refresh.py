@@ -193,7 +193,8 @@ def variant_of(cuda: str) -> str:
 
 
 # -- the refresh -----------------------------------------------------------------------------
-def refresh(compat: Path, fetch: Fetch = http_fetch, ranged=http_range, log=print) -> dict[str, Any]:
+def refresh(compat: str | Path, fetch: Fetch = http_fetch, ranged=http_range, log=print) -> dict[str, Any]:
+    compat = Path(compat)
     spec = yaml.safe_load((compat / "framework_variants.yaml").read_text())
     _validate_input(compat, spec)
     frameworks = []
@@ -276,7 +277,7 @@ def _build_from_metadata(fw, version, pins, where, documented, line, *, default:
             "variant": doc["variant"], "index_url": None, "default": default, "cuda": doc["cuda"],
             "cuda_runtime": None, "cudnn": doc["cudnn"], "libraries": "system", "extra": None,
             "compute_capabilities": doc["compute_capabilities"], "ptx": doc["ptx"],
-            "source": line["source"], "evidence": where,
+            "arch_source": _arch_source(doc, line), "source": line["source"], "evidence": where,
         }
     cuda = cuda_of(runtime)
     variant = "and-cuda" if "and-cuda" in documented else variant_of(cuda)
@@ -286,7 +287,7 @@ def _build_from_metadata(fw, version, pins, where, documented, line, *, default:
         "cuda_runtime": runtime, "cudnn": _floor(pins["cudnn"]) if pins["cudnn"] else doc.get("cudnn"),
         "libraries": "wheels", "extra": "and-cuda" if variant == "and-cuda" else None,
         "compute_capabilities": doc.get("compute_capabilities"), "ptx": doc.get("ptx"),
-        "source": "pypi-wheel-metadata", "evidence": where,
+        "arch_source": _arch_source(doc, line), "source": "pypi-wheel-metadata", "evidence": where,
     }
 
 
@@ -296,11 +297,19 @@ def _documented_build(fw, variant, doc, line, index) -> dict[str, Any]:
         "variant": variant, "index_url": index, "default": False, "cuda": cuda, "cuda_runtime": None,
         "cudnn": doc["cudnn"], "libraries": "wheels", "extra": None,
         "compute_capabilities": doc["compute_capabilities"], "ptx": doc["ptx"],
-        "source": line["source"], "evidence": None,
+        "arch_source": _arch_source(doc, line), "source": line["source"], "evidence": None,
     }
 
 
-def _validate_input(compat: Path, spec: Any) -> None:
+def _arch_source(doc: dict[str, Any], line: dict[str, Any] | None) -> str | None:
+    """Where the compiled-architecture list comes from (the documented line), when there is one."""
+    if not doc or (doc.get("compute_capabilities") is None and doc.get("ptx") is None):
+        return None
+    return line["source"] if line else None
+
+
+def _validate_input(compat: str | Path, spec: Any) -> None:
+    compat = Path(compat)
     import jsonschema
 
     schema = json.loads((compat / "schema" / "framework_variants.schema.json").read_text())
@@ -358,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from provision.resources import compat_dir
 
-    compat = compat_dir(args.compat_dir)
+    compat = Path(compat_dir(args.compat_dir))
     try:
         doc = refresh(compat, log=lambda m: print(m, file=sys.stderr))
     except (RefreshError, urllib.error.URLError, OSError) as exc:

@@ -29,13 +29,11 @@ A refusal lists every candidate tried with the reason it was eliminated, and the
 that would resolve.
 """
 
-from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
-from packaging.version import Version
 
 from provision.errors import BadPin, InputError, NoCompatibleStack, UnknownId
 from provision.matrix import model as m
@@ -54,6 +52,7 @@ from provision.plan import (
     PlanToolkit,
     Reason,
 )
+from provision.versions import DottedVersion as Version
 from provision.versions import major_minor, parse_version, prefix_matches
 
 POLICIES = ("lts", "latest")
@@ -62,8 +61,7 @@ _BRANCH_TYPES = {"ltsb": "long-term support branch", "pb": "production branch", 
 _FRAMEWORK_NAMES = {"pytorch": "pytorch", "torch": "pytorch", "tensorflow": "tensorflow", "tf": "tensorflow"}
 
 
-@dataclass(frozen=True, slots=True)
-class Pins:
+class Pins(NamedTuple):
     driver_branch: int | None
     driver_release: Version | None
     cuda: str | None
@@ -72,22 +70,21 @@ class Pins:
     framework_release: m.FrameworkRelease | None
 
 
-@dataclass(slots=True)
 class Context:
-    matrix: m.Matrix
-    request: PlanRequest
-    os: m.OsRelease
-    gpu_id: str
-    gpu_name: str
-    gpus: tuple[m.Gpu, ...]
-    arch: m.Architecture
-    cc: str
-    nvswitch: bool
-    min_driver: Version | None
-    pins: Pins
-    eliminated: list[tuple[str, str]] = field(default_factory=list)
-    kinds: set[str] = field(default_factory=set)  # which rules eliminated candidates
-    skipped: list[str] = field(default_factory=list)  # branches the policy or EOL left out
+    """One resolution: the request's facts, and what was eliminated on the way."""
+
+    __slots__ = ("arch", "cc", "eliminated", "gpu_id", "gpu_name", "gpus", "kinds", "matrix", "min_driver",
+                 "nvswitch", "os", "pins", "request", "skipped")
+
+    def __init__(self, *, matrix: m.Matrix, request: PlanRequest, os: m.OsRelease, gpu_id: str, gpu_name: str,
+                 gpus: tuple[m.Gpu, ...], arch: m.Architecture, cc: str, nvswitch: bool,
+                 min_driver: Version | None, pins: Pins) -> None:
+        self.matrix, self.request, self.os, self.pins = matrix, request, os, pins
+        self.gpu_id, self.gpu_name, self.gpus, self.arch = gpu_id, gpu_name, gpus, arch
+        self.cc, self.nvswitch, self.min_driver = cc, nvswitch, min_driver
+        self.eliminated: list[tuple[str, str]] = []
+        self.kinds: set[str] = set()  # which rules eliminated candidates
+        self.skipped: list[str] = []  # branches the policy or end of life left out
 
     def drop(self, candidate: str, why: str, kind: str) -> None:
         self.kinds.add(kind)
@@ -95,8 +92,7 @@ class Context:
             self.eliminated.append((candidate, why))
 
 
-@dataclass(frozen=True, slots=True)
-class DriverChoice:
+class DriverChoice(NamedTuple):
     branch: m.DriverBranch
     release: m.DriverRelease
     module: str
@@ -293,6 +289,9 @@ def _framework_candidates(ctx: Context) -> Iterator[tuple[m.FrameworkRelease, m.
         assert rel is not None  # noqa: S101
         for build in sorted(rel.builds, key=lambda b: (not b.default, [-x for x in b.cuda_version.release])):
             name = f"{fw.package}=={rel.version} ({build.variant})"
+            if ctx.pins.cuda is not None and ".".join(ctx.pins.cuda.split(".")[:2]) != build.cuda:
+                ctx.drop(name, f"built for CUDA {build.cuda}, not --cuda {ctx.pins.cuda}", "framework-cuda")
+                continue
             ok, how = carries_sm(ctx.matrix, build, ctx.cc)
             if not ok:
                 ctx.drop(name, how, "framework-sm")
@@ -379,14 +378,19 @@ def _try(ctx: Context, drv: DriverChoice, fw_release, build, cuda: m.CudaRelease
             return None
     cudnn_reason = None
     if cudnn_version is not None:
+        # cuDNN is part of the stack when asked for (--cudnn) or when the framework uses it; a
+        # plain CUDA plan only reports the image's cuDNN, and leaves it out when unconfirmed.
+        required = ctx.pins.cudnn is not None or build is not None
         ok, why, min_driver = cudnn_supports(ctx.matrix, Version(cudnn_version), cuda.version, ctx.cc, origin)
-        if not ok:
+        if ok and min_driver is not None and version < min_driver:
+            ok, why = False, f"needs driver >= {min_driver}"
+        if not ok and required:
             ctx.drop(combo, f"cuDNN {cudnn_version}: {why}", "cudnn-support")
             return None
-        if min_driver is not None and version < min_driver:
-            ctx.drop(combo, f"cuDNN {cudnn_version} needs driver >= {min_driver}", "cudnn-driver")
-            return None
-        cudnn_reason = why
+        if not ok:
+            cudnn_version, cudnn_reason = None, f"the images' cuDNN {image.cudnn_version} is left out: {why}"
+        else:
+            cudnn_reason = why
     return _build_plan(ctx, drv, fw_release, build, cuda, image, compat, cudnn_version, origin, cudnn_reason, floor)
 
 
@@ -401,7 +405,7 @@ def cudnn_supports(matrix: m.Matrix, version: Version, cuda: Version, cc: str, o
     sm = "sm_" + cc.replace(".", "")
     exact = matrix.cudnn_release(version)
     if exact is not None:
-        rows = [b for b in exact.builds if b.cuda.contains(cuda, prereleases=True)]
+        rows = [b for b in exact.builds if b.cuda.contains(cuda)]
         if not rows:
             return False, f"its support matrix ({exact.version}) does not cover CUDA {cuda}", None
         rows_sm = [b for b in rows if cc in b.compute_capabilities]
@@ -486,8 +490,9 @@ def _build_plan(ctx, drv: DriverChoice, fw_release, build, cuda, image, compat, 
         where = "the framework build's pin" if origin == "framework" else f"in the nvidia/cuda {cuda.version} cudnn images"
         reasons.append(Reason("cudnn", f"cuDNN {cudnn_version} ({where}): {cudnn_reason}", None))
     else:
-        reasons.append(Reason("cudnn", f"none: the cuDNN build in the nvidia/cuda {cuda.version} cudnn images is not catalogued "
-                                       "(pin --cudnn to choose a CUDA release with a known cuDNN)", image.source))
+        unknown = cudnn_reason or f"the cuDNN build in the nvidia/cuda {cuda.version} cudnn images is not catalogued"
+        reasons.append(Reason("cudnn", f"none: {unknown} (pin --cudnn to choose a CUDA release with a confirmed cuDNN)",
+                              image.source))
 
     framework = None
     if build is not None:
@@ -548,8 +553,8 @@ def _data_digest(matrix: m.Matrix) -> str:
     import hashlib
 
     h = hashlib.sha256()
-    for name in sorted(matrix.files):
-        h.update(f"{name}:{matrix.files[name]}\n".encode())
+    for name, digest in matrix.files:
+        h.update(f"{name}:{digest}\n".encode())
     return "sha256:" + h.hexdigest()
 
 
@@ -570,7 +575,8 @@ def _quiet(matrix: m.Matrix, request: PlanRequest) -> Plan | None:
 
 def _suggest(matrix: m.Matrix, request: PlanRequest, limit: int = 3) -> str:
     """Pin changes that resolve, cheapest first."""
-    from dataclasses import replace
+    def replace(req: PlanRequest, **changes) -> PlanRequest:
+        return req._replace(**changes)
 
     found: list[str] = []
 

@@ -1,0 +1,64 @@
+"""Shared fixtures: the real catalogue, the tiny fixture catalogue, and an in-process CLI."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from provision.cli import main
+from provision.matrix.loader import load_matrix
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPAT = ROOT / "compat"
+FIXTURE_COMPAT = Path(__file__).resolve().parent / "fixtures" / "compat"
+SHARED_FIXTURES = ROOT.parent / "shared" / "reference" / "fixtures"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory, monkeypatch):
+    """Each test run gets its own validated-data cache (never the user's)."""
+    monkeypatch.setenv("PROVISION_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "provision-cache"))
+
+
+@pytest.fixture(scope="session")
+def real_matrix():
+    return load_matrix(COMPAT)
+
+
+def make_compat(dest: Path, source: Path = FIXTURE_COMPAT) -> Path:
+    """A writable copy of a data directory, with the real schemas."""
+    shutil.copytree(source, dest, ignore=shutil.ignore_patterns("schema"))
+    shutil.copytree(COMPAT / "schema", dest / "schema")
+    return dest
+
+
+@pytest.fixture(scope="session")
+def fixture_compat(tmp_path_factory) -> Path:
+    return make_compat(tmp_path_factory.mktemp("fixture") / "compat")
+
+
+@pytest.fixture(scope="session")
+def fixture_matrix(fixture_compat):
+    return load_matrix(fixture_compat)
+
+
+class CliResult:
+    def __init__(self, code: int, out: str, err: str):
+        self.code, self.out, self.err = code, out, err
+
+    def __repr__(self) -> str:
+        return f"CliResult(code={self.code}, out={self.out[-400:]!r}, err={self.err[-400:]!r})"
+
+
+@pytest.fixture
+def cli(capsys):
+    """Run the real entry point in-process; returns exit code, stdout and stderr."""
+
+    def run(*args: str) -> CliResult:
+        code = main(list(args))
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return run

@@ -1,0 +1,66 @@
+"""Property tests over the real catalogue: every plan satisfies every rule; every refusal explains."""
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from provision.errors import InputError, NoCompatibleStack
+from provision.matrix.loader import load_matrix
+from provision.matrix.resolve import resolve
+from provision.plan import PlanRequest
+from provision.versions import major_minor
+from rules import violations
+
+from conftest import COMPAT
+
+MATRIX = load_matrix(COMPAT)
+OS_IDS = [o.id for o in MATRIX.os_releases]
+GPU_IDS = [g.id for g in MATRIX.gpus] + [g.id for g in MATRIX.gpu_groups]
+BRANCHES = [str(b.branch) for b in MATRIX.drivers] + [str(r.version) for b in MATRIX.drivers for r in b.releases[:2]]
+CUDAS = sorted({major_minor(c.version) for c in MATRIX.cuda}) + [str(c.version) for c in MATRIX.cuda[:6]]
+CUDNNS = ["8", "9", "9.1", "9.10", "8.9.6.50"]
+FRAMEWORKS = [f"{fw.id}=={r.version}" for fw in MATRIX.frameworks for r in fw.releases] + ["pytorch", "tensorflow"]
+
+requests = st.builds(
+    PlanRequest,
+    os=st.sampled_from(OS_IDS),
+    gpu=st.sampled_from(GPU_IDS),
+    driver=st.none() | st.sampled_from(BRANCHES),
+    cuda=st.none() | st.sampled_from(CUDAS),
+    cudnn=st.none() | st.sampled_from(CUDNNS),
+    framework=st.none() | st.sampled_from(FRAMEWORKS),
+    policy=st.sampled_from(["lts", "latest"]),
+)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(requests)
+def test_plans_obey_every_rule_and_refusals_explain(request):
+    try:
+        plan = resolve(MATRIX, request, suggest=False)
+    except NoCompatibleStack as exc:
+        assert exc.eliminations, "a refusal without a single eliminated candidate"
+        assert all(c and why for c, why in exc.eliminations)
+        assert exc.exit_code == 2
+        return
+    except InputError as exc:  # groups whose members need different setups
+        assert "differ in" in exc.message and exc.hint
+        return
+    assert violations(MATRIX, plan) == [], request
+
+
+@settings(max_examples=60, deadline=None)
+@given(requests)
+def test_refusal_hints_resolve(request):
+    try:
+        resolve(MATRIX, request, suggest=False)
+        return
+    except (NoCompatibleStack, InputError):
+        pass
+    try:
+        resolve(MATRIX, request)
+    except NoCompatibleStack as exc:
+        assert exc.hint
+        if exc.hint.startswith("try "):
+            assert "gives driver" in exc.hint
+    except InputError:
+        pass

@@ -1,0 +1,107 @@
+"""An independent checker of the resolver's rules, used as the oracle in property tests.
+
+It re-derives each rule from the catalogue directly (not through provision.matrix.resolve), so
+a plan the resolver produces must pass it.
+"""
+
+from __future__ import annotations
+
+from provision.matrix.model import Matrix
+from provision.plan import Plan
+from provision.versions import DottedVersion as V
+from provision.versions import major_minor
+
+
+def violations(matrix: Matrix, plan: Plan) -> list[str]:  # noqa: C901, PLR0912, PLR0915
+    out: list[str] = []
+    req = plan.request
+    os_rel = matrix.os(req.os)
+    _, gpus = matrix.gpu_members(req.gpu)
+    gpu = gpus[0]
+    arch = matrix.architecture(gpu.architecture)
+    cc = gpu.compute_capability
+
+    # driver: branch, release on this OS, architecture window, module, GPU minimum
+    branch = matrix.branch(int(plan.driver.branch))
+    if branch is None:
+        return [f"unknown branch {plan.driver.branch}"]
+    release = branch.release(V(plan.driver.version))
+    if release is None:
+        out.append(f"{plan.driver.version} is not an R{branch.branch} release")
+    elif os_rel.id not in release.os:
+        out.append(f"{plan.driver.version} is not in the {os_rel.id} repository")
+    if arch.last_driver_branch is not None and branch.branch > arch.last_driver_branch:
+        out.append(f"R{branch.branch} is past {arch.id}'s last branch")
+    if arch.first_driver_branch is not None and branch.branch < arch.first_driver_branch:
+        out.append(f"R{branch.branch} predates {arch.id}")
+    if plan.driver.kernel_module not in arch.kernel_modules or plan.driver.kernel_module not in branch.kernel_modules:
+        out.append(f"{plan.driver.kernel_module} modules cannot drive {arch.id} on R{branch.branch}")
+    for g in gpus:
+        if g.min_driver is not None and V(plan.driver.version) < g.min_driver:
+            out.append(f"{plan.driver.version} is below {g.id}'s minimum {g.min_driver}")
+    if req.driver is None:
+        if branch.past_eol(matrix.as_of):
+            out.append(f"unpinned plan uses end-of-life R{branch.branch}")
+        if req.policy == "lts" and branch.type not in ("ltsb", "pb"):
+            out.append(f"policy lts took a {branch.type} branch")
+
+    # CUDA: SM, driver minimum (or minor-version floor), image
+    cuda = next((c for c in matrix.cuda if str(c.version) == plan.cuda.version), None)
+    if cuda is None:
+        return [*out, f"unknown CUDA {plan.cuda.version}"]
+    if not any(s.compute_capability == cc and s.cuda.contains(cuda.version) for s in matrix.compute_support):
+        out.append(f"CUDA {cuda.version} cannot build for {cc}")
+    drv = V(plan.driver.version)
+    if plan.cuda.compatibility == "toolkit-driver":
+        if drv < cuda.min_driver:
+            out.append(f"driver {drv} < CUDA {cuda.version} minimum {cuda.min_driver}")
+    else:
+        floor = next(f for f in matrix.minor_compat if f.cuda_major == cuda.version.release[0])
+        if drv < floor.min_driver:
+            out.append(f"driver {drv} below the CUDA {floor.cuda_major}.x minor-version floor")
+    image = next((i for i in matrix.images if i.cuda == cuda.version), None)
+    if image is None or os_rel.cuda_image_os not in image.os:
+        out.append(f"no nvidia/cuda {cuda.version} image for {os_rel.cuda_image_os}")
+    elif plan.base_image not in {f"{matrix.image_repository}:{image.tag(f, os_rel.cuda_image_os)}" for f in image.flavours}:
+        out.append(f"base image {plan.base_image} is not a published tag")
+    if req.cuda and not plan.cuda.version.startswith(req.cuda):
+        out.append(f"CUDA {plan.cuda.version} ignores the pin {req.cuda}")
+
+    # cuDNN: catalogued matrix must cover CUDA and SM
+    if plan.cudnn is not None:
+        rel = next((c for c in matrix.cudnn if V(plan.cudnn.version).release[:3] == c.version.release[:3]), None)
+        if rel is not None:
+            if not any(b.cuda.contains(cuda.version) and cc in b.compute_capabilities for b in rel.builds):
+                out.append(f"cuDNN {plan.cudnn.version} matrix does not cover CUDA {cuda.version} on {cc}")
+        if req.cudnn and not plan.cudnn.version.startswith(req.cudnn):
+            out.append(f"cuDNN {plan.cudnn.version} ignores the pin {req.cudnn}")
+    elif req.cudnn:
+        out.append("a --cudnn pin produced a plan without cuDNN")
+
+    # framework: build exists, same CUDA line, carries the SM
+    if plan.framework is not None:
+        fw = matrix.framework(plan.framework.name)
+        rel = fw.release(V(plan.framework.version))
+        build = next((b for b in rel.builds if b.variant == plan.framework.variant), None) if rel else None
+        if build is None:
+            out.append(f"{plan.framework.requirement} {plan.framework.variant} is not catalogued")
+        else:
+            if build.cuda != major_minor(cuda.version):
+                out.append(f"framework CUDA {build.cuda} != plan CUDA {cuda.version}")
+            gmaj, gmin = (int(x) for x in cc.split("."))
+            sass = any(int(a.split(".")[0]) == gmaj and int(a.split(".")[1]) <= gmin for a in build.compute_capabilities or ())
+            ptx = build.ptx is not None and V(build.ptx) <= V(cc)
+            unpublished = build.compute_capabilities is None and build.ptx is None
+            if not (sass or ptx or unpublished):
+                out.append(f"{plan.framework.requirement} ({build.variant}) does not carry sm {cc}")
+
+    # fabric manager exactly on NVSwitch systems, at the driver's version
+    if gpu.nvswitch != (plan.fabric_manager is not None):
+        out.append("fabric manager planned for a GPU without NVSwitch, or missing on one with it")
+    if plan.fabric_manager is not None and plan.fabric_manager.version != plan.driver.version:
+        out.append("fabric manager version differs from the driver")
+    if plan.container_toolkit.version != str(matrix.toolkit[0].version):
+        out.append("container toolkit is not the newest catalogued")
+    if not plan.reasons:
+        out.append("a plan without reasons")
+    return out
