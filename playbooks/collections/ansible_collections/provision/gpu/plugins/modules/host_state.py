@@ -1,0 +1,211 @@
+#!/usr/bin/python
+"""Report what a provisioning run must know about a host's GPUs, and decide driver activation."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: host_state
+short_description: NVIDIA GPU host state and driver-activation decision
+description:
+  - Lists NVIDIA PCI devices (vendor 0x10de), the Secure Boot state, whether the nvidia and
+    nouveau kernel modules are loaded, the loaded NVIDIA driver version, and the processes using
+    the GPUs.
+  - With I(reboot_policy), decides how to activate a newly installed driver; C(action) is
+    C(none), C(load) (modprobe, no reboot) or C(reboot).
+options:
+  pci_devices_path:
+    description: Directory of PCI devices (one entry per device, each with vendor and device files).
+    type: path
+    default: /sys/bus/pci/devices
+  secure_boot_efivar:
+    description: The SecureBoot EFI variable (absent on legacy BIOS boots).
+    type: path
+    default: /sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c
+  proc_modules_path:
+    description: The kernel's list of loaded modules.
+    type: path
+    default: /proc/modules
+  driver_version_path:
+    description: The loaded NVIDIA driver's version file.
+    type: path
+    default: /proc/driver/nvidia/version
+  nvidia_smi:
+    description: nvidia-smi executable used to list GPU processes (skipped when absent).
+    type: str
+    default: nvidia-smi
+  reboot_policy:
+    description: C(auto), C(never) or C(always); omit to skip the decision.
+    type: str
+    choices: [auto, never, always]
+  planned_version:
+    description: The driver version the plan installs.
+    type: str
+  driver_changed:
+    description: Whether this run changed the driver packages.
+    type: bool
+    default: false
+author: provision maintainers
+"""
+
+RETURN = r"""
+gpus:
+  description: NVIDIA PCI devices as {address, vendor, device}.
+  type: list
+  returned: always
+secure_boot:
+  description: enabled, disabled or unsupported (no EFI variable).
+  type: str
+  returned: always
+nvidia_loaded:
+  type: bool
+  returned: always
+nouveau_loaded:
+  type: bool
+  returned: always
+loaded_version:
+  description: Version of the loaded NVIDIA kernel module, or null.
+  type: str
+  returned: always
+gpu_processes:
+  description: PIDs of processes using the GPUs (empty when nvidia-smi is absent or fails).
+  type: list
+  returned: always
+action:
+  description: none, load or reboot.
+  type: str
+  returned: when reboot_policy is given
+reason:
+  type: str
+  returned: when reboot_policy is given
+"""
+
+import os
+import re
+import shutil
+import subprocess
+
+from ansible.module_utils.basic import AnsibleModule
+
+NVIDIA_VENDOR = "0x10de"
+_VERSION = re.compile(r"Kernel Module(?: for [^ ]+)?\s+(\d+\.\d+(?:\.\d+)?)")
+
+
+def nvidia_gpus(pci_path):
+    out = []
+    try:
+        entries = sorted(os.listdir(pci_path))
+    except OSError:
+        return out
+    for entry in entries:
+        vendor = _read(os.path.join(pci_path, entry, "vendor"))
+        if vendor is None or vendor.strip().lower() != NVIDIA_VENDOR:
+            continue
+        device = (_read(os.path.join(pci_path, entry, "device")) or "").strip().lower()
+        klass = (_read(os.path.join(pci_path, entry, "class")) or "").strip().lower()
+        # 0x03xxxx display/3D controllers are GPUs; NVSwitches and audio functions are not
+        if klass and not klass.startswith("0x03"):
+            continue
+        out.append({"address": entry, "vendor": NVIDIA_VENDOR, "device": device})
+    return out
+
+
+def secure_boot_state(efivar):
+    try:
+        with open(efivar, "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return "unsupported"
+    # efivarfs: 4 bytes of attributes, then the value byte
+    return "enabled" if len(data) >= 5 and data[4] == 1 else "disabled"
+
+
+def loaded_modules(proc_modules):
+    text = _read(proc_modules) or ""
+    return {line.split(" ", 1)[0] for line in text.splitlines() if line}
+
+
+def loaded_version(version_path):
+    m = _VERSION.search(_read(version_path) or "")
+    return m.group(1) if m else None
+
+
+def gpu_processes(nvidia_smi):
+    exe = shutil.which(nvidia_smi)
+    if exe is None:
+        return [], None
+    try:
+        proc = subprocess.run([exe, "--query-compute-apps=pid", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return [], str(exc)
+    if proc.returncode != 0:
+        return [], (proc.stdout + proc.stderr).strip()
+    return [int(x) for x in proc.stdout.split() if x.strip().isdigit()], None
+
+
+def decide(policy, planned, loaded, nvidia_loaded, nouveau_loaded, changed):
+    """How to activate the planned driver: (action, reason) with action none | load | reboot."""
+    if policy == "always" and changed:
+        return "reboot", "nvidia_driver_reboot is always and the driver changed"
+    if loaded == planned:
+        return "none", f"driver {planned} is already loaded"
+    if policy == "never":
+        if loaded is None and not nouveau_loaded:
+            return "load", "no NVIDIA module is loaded; loading it needs no reboot"
+        return "none", (f"driver {loaded or 'nouveau'} stays loaded until the next reboot "
+                        f"(nvidia_driver_reboot is never); {planned} is installed")
+    if nouveau_loaded:
+        return "reboot", "nouveau holds the GPU; a reboot applies the blacklist and loads nvidia"
+    if nvidia_loaded or loaded is not None:
+        return "reboot", f"driver {loaded} is loaded; {planned} takes effect after a reboot"
+    return "load", "no NVIDIA module is loaded; loading it needs no reboot"
+
+
+def _read(path):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "pci_devices_path": {"type": "path", "default": "/sys/bus/pci/devices"},
+            "secure_boot_efivar": {"type": "path",
+                                   "default": "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"},
+            "proc_modules_path": {"type": "path", "default": "/proc/modules"},
+            "driver_version_path": {"type": "path", "default": "/proc/driver/nvidia/version"},
+            "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
+            "reboot_policy": {"type": "str", "choices": ["auto", "never", "always"]},
+            "planned_version": {"type": "str"},
+            "driver_changed": {"type": "bool", "default": False},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    modules = loaded_modules(p["proc_modules_path"])
+    version = loaded_version(p["driver_version_path"])
+    pids, smi_error = gpu_processes(p["nvidia_smi"])
+    result = {
+        "changed": False,
+        "gpus": nvidia_gpus(p["pci_devices_path"]),
+        "secure_boot": secure_boot_state(p["secure_boot_efivar"]),
+        "nvidia_loaded": "nvidia" in modules,
+        "nouveau_loaded": "nouveau" in modules,
+        "loaded_version": version,
+        "gpu_processes": pids,
+        "nvidia_smi_error": smi_error,
+    }
+    if p["reboot_policy"]:
+        if not p["planned_version"]:
+            module.fail_json(msg="planned_version is required with reboot_policy", **result)
+        result["action"], result["reason"] = decide(
+            p["reboot_policy"], p["planned_version"], version, "nvidia" in modules, "nouveau" in modules,
+            p["driver_changed"])
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

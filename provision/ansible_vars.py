@@ -1,0 +1,37 @@
+"""The Python <-> Ansible contract: a plan becomes the `provision_*` variables the roles read."""
+
+from typing import Any
+
+from provision.plan import Plan
+
+
+def to_extravars(plan: Plan) -> dict[str, Any]:
+    """Plan-owned variables. Every role reads these names; nothing else sets them."""
+    fm = plan.fabric_manager
+    return {
+        "provision_plan_digest": plan.digest(),
+        "provision_os_id": plan.os.id,
+        "provision_os_family": plan.os.family,
+        "provision_os_distribution": plan.os.distribution,
+        "provision_os_version": plan.os.version,
+        "provision_pkg_manager": plan.os.pkg_manager,
+        "provision_nvidia_repo": plan.os.nvidia_repo,
+        "provision_kernel_headers": list(plan.os.kernel_headers),
+        "provision_gpu_id": plan.gpu.id,
+        "provision_gpu_name": plan.gpu.name,
+        "provision_gpu_pci_device_ids": [p.lower() for p in plan.gpu.pci_device_ids],
+        "provision_gpu_nvswitch": plan.gpu.nvswitch,
+        "provision_driver_branch": plan.driver.branch,
+        "provision_driver_version": plan.driver.version,
+        "provision_driver_kernel_module": plan.driver.kernel_module,
+        "provision_driver_install_method": plan.driver.install_method,
+        "provision_driver_module_stream": plan.driver.module_stream or "",
+        "provision_driver_packages": [p.name for p in plan.driver.packages],
+        "provision_fabric_manager_packages": [p.name for p in fm.packages] if fm else [],
+        "provision_fabric_manager_version": fm.version if fm else "",
+        "provision_container_toolkit_version": plan.container_toolkit.version,
+        "provision_container_toolkit_packages": [p.name for p in plan.container_toolkit.packages],
+        "provision_cuda_version": plan.cuda.version,
+        "provision_driver_floor": plan.driver_floor,
+        "provision_base_image": plan.base_image,
+    }
