@@ -19,6 +19,8 @@ from provision.errors import ProvisionError
 COMMANDS = {
     "plan": "provision.cli_plan:plan_cmd",
     "matrix": "provision.cli_plan:matrix_group",
+    "apply": "provision.cli_fleet:apply_cmd",
+    "inventory": "provision.cli_fleet:inventory_group",
 }
 
 

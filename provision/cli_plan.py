@@ -33,7 +33,8 @@ def load(ctx: click.Context, compat_dir: str | None):
 @click.option("--framework", metavar="NAME[==VERSION]", help="Plan a framework build: pytorch==2.5.1, tensorflow==2.15.0.")
 @click.option("--policy", type=click.Choice(["lts", "latest"]), default="lts", show_default=True,
               help="lts: long-term support and production branches; latest: the newest branch.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "yaml"]), default="table", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "yaml", "ansible"]), default="table", show_default=True,
+              help="ansible: the provision_* variables, for ansible-playbook site.yml -e @vars.yml.")
 @click.option("--lock", type=click.Path(dir_okay=False, writable=True), help="Also write the plan (JSON) to this lock file.")
 @compat_option
 @click.pass_context
@@ -53,6 +54,10 @@ def plan_cmd(ctx, os_id, gpu, driver, cuda, cudnn, framework, policy, fmt, lock,
         sys.stdout.write(dumps_json(p.to_dict()))
     elif fmt == "yaml":
         sys.stdout.write(dumps_yaml(p.to_dict()))
+    elif fmt == "ansible":
+        from provision.ansible_vars import to_extravars
+
+        sys.stdout.write(dumps_yaml(to_extravars(p)))
     else:
         print_table(("component", "choice"), plan_rows(p), title=f"Plan: {p.gpu.id} on {p.os.id}")
         click.echo("\nwhy:")

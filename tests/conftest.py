@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
 from provision.cli import main
 from provision.matrix.loader import load_matrix
-
-ROOT = Path(__file__).resolve().parent.parent
-COMPAT = ROOT / "compat"
-FIXTURE_COMPAT = Path(__file__).resolve().parent / "fixtures" / "compat"
-SHARED_FIXTURES = ROOT.parent / "shared" / "reference" / "fixtures"
+from support import COMPAT, make_compat
 
 
 @pytest.fixture(autouse=True)
@@ -25,13 +20,6 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
 @pytest.fixture(scope="session")
 def real_matrix():
     return load_matrix(COMPAT)
-
-
-def make_compat(dest: Path, source: Path = FIXTURE_COMPAT) -> Path:
-    """A writable copy of a data directory, with the real schemas."""
-    shutil.copytree(source, dest, ignore=shutil.ignore_patterns("schema"))
-    shutil.copytree(COMPAT / "schema", dest / "schema")
-    return dest
 
 
 @pytest.fixture(scope="session")

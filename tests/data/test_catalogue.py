@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import COMPAT
+from support import COMPAT
 from provision.commands.matrix import check
 from provision.errors import NoCompatibleStack
 from provision.matrix.loader import FILES, read_raw

@@ -10,7 +10,7 @@ from provision.plan import PlanRequest
 from provision.versions import major_minor
 from rules import violations
 
-from conftest import COMPAT
+from support import COMPAT
 
 MATRIX = load_matrix(COMPAT)
 OS_IDS = [o.id for o in MATRIX.os_releases]

@@ -78,7 +78,7 @@ def test_missing_option_is_a_usage_error(cli):
 
 
 def test_broken_compat_dir_exits_3(cli, tmp_path):
-    from conftest import make_compat
+    from support import make_compat
 
     compat = make_compat(tmp_path / "compat")
     text = (compat / "cuda.yaml").read_text().replace('min_driver: "580.95.05"', "min_driver: 580.95", 1)
@@ -125,7 +125,7 @@ def test_matrix_check_passes_and_counts(cli):
 
 
 def test_matrix_check_fails_on_broken_invariant(cli, tmp_path):
-    from conftest import COMPAT, make_compat
+    from support import COMPAT, make_compat
 
     compat = make_compat(tmp_path / "compat", COMPAT)
     gpus = (compat / "gpus.yaml").read_text().replace("architecture: hopper", "architecture: kepler", 1)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_compat
+from support import make_compat
 from provision.errors import CompatDataError
 from provision.matrix.loader import key_path, load_matrix
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import COMPAT
+from support import COMPAT
 from provision.matrix import refresh
 
 METADATA = Path(__file__).resolve().parent.parent / "fixtures" / "wheel-metadata"
@@ -87,7 +87,7 @@ def test_dump_quotes_versions():
 
 
 def test_bad_input_file(tmp_path):
-    from conftest import make_compat
+    from support import make_compat
 
     compat = make_compat(tmp_path / "c", COMPAT)
     (compat / "framework_variants.yaml").write_text("frameworks: [{id: x}]\n")

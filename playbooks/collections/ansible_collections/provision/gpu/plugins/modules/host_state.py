@@ -44,6 +44,10 @@ options:
     description: Whether this run changed the driver packages.
     type: bool
     default: false
+  disk_path:
+    description: Report the free space of the file system holding this path.
+    type: path
+    default: /
 author: provision maintainers
 """
 
@@ -69,6 +73,10 @@ loaded_version:
 gpu_processes:
   description: PIDs of processes using the GPUs (empty when nvidia-smi is absent or fails).
   type: list
+  returned: always
+disk_free_mb:
+  description: Free MiB (for unprivileged users) on the file system holding disk_path.
+  type: int
   returned: always
 action:
   description: none, load or reboot.
@@ -161,6 +169,14 @@ def decide(policy, planned, loaded, nvidia_loaded, nouveau_loaded, changed):
     return "load", "no NVIDIA module is loaded; loading it needs no reboot"
 
 
+def disk_free_mb(path):
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return 0
+    return st.f_bavail * st.f_frsize // (1024 * 1024)
+
+
 def _read(path):
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
@@ -181,6 +197,7 @@ def main():
             "reboot_policy": {"type": "str", "choices": ["auto", "never", "always"]},
             "planned_version": {"type": "str"},
             "driver_changed": {"type": "bool", "default": False},
+            "disk_path": {"type": "path", "default": "/"},
         },
         supports_check_mode=True,
     )
@@ -197,6 +214,7 @@ def main():
         "loaded_version": version,
         "gpu_processes": pids,
         "nvidia_smi_error": smi_error,
+        "disk_free_mb": disk_free_mb(p["disk_path"]),
     }
     if p["reboot_policy"]:
         if not p["planned_version"]:

@@ -1,0 +1,171 @@
+"""`provision apply` and `provision inventory check`."""
+
+import sys
+import time
+
+import click
+
+from provision.output import print_table
+
+
+def _matrix_loader(ctx):
+    def load():
+        from provision.matrix.cache import load_cached
+        from provision.resources import compat_dir
+
+        return load_cached(compat_dir((ctx.obj or {}).get("compat_dir")))
+
+    return load
+
+
+class LiveProgress:
+    """Per-host progress: a live rich table on a terminal, plain lines otherwise."""
+
+    def __init__(self, stream=None):
+        self.stream = stream or sys.stdout
+        self.tty = self.stream.isatty()
+        self.state: dict[str, dict] = {}
+        self.task = ""
+        self.live = None
+        self.started = time.monotonic()
+
+    def __enter__(self):
+        if self.tty:
+            from rich.console import Console
+            from rich.live import Live
+
+            self.live = Live(self._render(), console=Console(file=self.stream), refresh_per_second=4, transient=True)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.live is not None:
+            self.live.__exit__(*exc)
+
+    def __call__(self, event) -> None:
+        if event.kind == "task":
+            self.task = event.task or ""
+        elif event.kind == "play":
+            self._line(f"play: {event.task}")
+        elif event.host:
+            st = self.state.setdefault(event.host, {"ok": 0, "changed": 0, "failed": 0, "unreachable": 0, "skipped": 0,
+                                                    "task": ""})
+            st[event.kind] = st.get(event.kind, 0) + 1
+            if event.kind == "changed":
+                st["ok"] += 1
+            st["task"] = event.task or ""
+            if event.kind in ("changed", "failed", "unreachable"):
+                detail = f" -- {event.message}" if event.message else ""
+                self._line(f"{event.host}: {event.kind}: {event.task}{detail}")
+        if self.live is not None:
+            self.live.update(self._render())
+
+    def _line(self, text: str) -> None:
+        if self.live is not None:
+            self.live.console.log(text)
+        else:
+            print(f"[{time.monotonic() - self.started:6.1f}s] {text}", file=self.stream, flush=True)
+
+    def _render(self):
+        from rich.table import Table
+
+        table = Table(title=f"task: {self.task}", expand=False)
+        for col in ("host", "ok", "changed", "failed", "unreachable", "current task"):
+            table.add_column(col)
+        for host, st in sorted(self.state.items()):
+            table.add_row(host, str(st["ok"]), str(st["changed"]), str(st["failed"]), str(st["unreachable"]), st["task"])
+        return table
+
+
+@click.command("apply")
+@click.option("-i", "--inventory", required=True, type=click.Path(), help="Ansible inventory (file or directory).")
+@click.option("--plan", "plan_file", type=click.Path(dir_okay=False), help="Plan lock file for every host.")
+@click.option("--fleet", "fleet_file", type=click.Path(dir_okay=False), help="Fleet file: inventory group -> plan request or lock.")
+@click.option("--limit", help="Ansible host pattern to restrict the run to.")
+@click.option("--tags", help="Only run tasks with these Ansible tags.")
+@click.option("--check", is_flag=True, help="Dry run: report what would change, change nothing.")
+@click.option("--diff", is_flag=True, help="Show file differences.")
+@click.option("--serial", metavar="N|N%", help="Provision hosts in batches of N (or N%).")
+@click.option("--max-fail-percentage", type=int, metavar="P", help="Stop the run when more than P% of a batch fails.")
+@click.option("--allow-disruption", is_flag=True, help="Change the driver even while processes use the GPUs.")
+@click.option("-e", "--extra-vars", "extra", multiple=True, metavar="KEY=VALUE", help="Site variables (role_prefixed names).")
+@click.option("--run-dir", type=click.Path(file_okay=False), help="Run folder (default: ./provision-runs/<time>-<id>).")
+@click.pass_context
+def apply_cmd(ctx, inventory, plan_file, fleet_file, limit, tags, check, diff, serial, max_fail_percentage,
+              allow_disruption, extra, run_dir):
+    """Provision hosts to match their plan: driver, Fabric Manager, Docker and the Container Toolkit.
+
+    Runs playbooks/site.yml through ansible-runner; its private data directory stays in the run
+    folder as the run's artifacts. Exit 0 when every host succeeded, 1 when some failed or were
+    unreachable, 2 for bad input (nothing is touched then).
+    """
+    from provision.commands.apply import ApplyRequest, apply
+    from provision.resources import playbooks_dir
+
+    extra_vars = {}
+    for item in extra:
+        key, sep, value = item.partition("=")
+        if not sep or not key or key.startswith("provision_"):
+            raise click.BadParameter(f"{item!r}: give KEY=VALUE with a site variable (provision_* are the plan's)",
+                                     param_hint="-e")
+        extra_vars[key] = value
+    request = ApplyRequest(inventory=inventory, plan=plan_file, fleet=fleet_file, limit=limit, tags=tags, check=check,
+                           diff=diff, serial=serial, max_fail_percentage=max_fail_percentage,
+                           allow_disruption=allow_disruption, extra_vars=extra_vars, run_dir=run_dir)
+    with LiveProgress() as progress:
+        prepared, result = apply(request, matrix_loader=_matrix_loader(ctx), playbooks=playbooks_dir(), on_event=progress)
+    rows = [(h.host, h.ok, h.changed, h.failed, h.unreachable, "yes" if h.rebooted else "no", h.cause or "")
+            for h in result.hosts]
+    _write_summary(prepared, result, check)
+    title = f"provision apply{' --check' if check else ''}: {len(result.hosts)} host(s), {result.status}"
+    print_table(("host", "ok", "changed", "failed", "unreachable", "rebooted", "cause"), rows, title=title)
+    click.echo(f"run folder: {prepared.run_dir}")
+    if not result.hosts:
+        click.echo(f"error: the playbook did not run (ansible-runner status {result.status}); see {result.artifacts}", err=True)
+        return 1
+    return 0 if result.succeeded else 1
+
+
+def _write_summary(prepared, result, check: bool) -> None:
+    import json
+    import os
+
+    doc = {
+        "status": result.status, "rc": result.rc, "check": check, "succeeded": result.succeeded,
+        "artifacts": result.artifacts,
+        "plans": {group: plan.digest() for group, plan in prepared.plans.items()},
+        "hosts": {h.host: {"ok": h.ok, "changed": h.changed, "failed": h.failed, "unreachable": h.unreachable,
+                           "skipped": h.skipped, "rebooted": h.rebooted, "cause": h.cause} for h in result.hosts},
+    }
+    with open(os.path.join(prepared.run_dir, "summary.json"), "w", encoding="utf-8") as handle:
+        json.dump(doc, handle, indent=2)
+
+
+@click.group("inventory")
+def inventory_group():
+    """Check inventories before anything runs."""
+
+
+@inventory_group.command("check")
+@click.option("-i", "--inventory", required=True, type=click.Path(), help="Ansible inventory (file or directory).")
+@click.option("--fleet", "fleet_file", type=click.Path(dir_okay=False), help="Fleet file whose groups must cover every host once.")
+@click.pass_context
+def inventory_check_cmd(ctx, inventory, fleet_file):
+    """Every host in exactly one planned group, connection variables sane. Exit 2 on problems."""
+    from provision.inventory import check_inventory, load_fleet, load_inventory
+
+    inv = load_inventory(inventory)
+    groups = [g.group for g in load_fleet(fleet_file)] if fleet_file else None
+    problems = check_inventory(inv, groups)
+    rows = []
+    for host, hv in sorted(inv.hosts.items()):
+        planned = [g for g in (groups or []) if host in inv.groups.get(g, set())]
+        rows.append((host, hv.get("ansible_host", host), hv.get("ansible_port", 22), ", ".join(planned) or "-"))
+    print_table(("host", "address", "port", "planned group"), rows, title=f"{len(inv.hosts)} host(s) in {inventory}")
+    if problems:
+        for p in problems:
+            click.echo(f"error: {p.host + ': ' if p.host else ''}{p.text}", err=True)
+        click.echo("hint: fix the inventory or the fleet file; provision apply refuses to start until this passes", err=True)
+        return 2
+    click.echo("ok: every host is planned exactly once and its connection variables are sane")
+    return 0

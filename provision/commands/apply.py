@@ -1,0 +1,108 @@
+"""`provision apply`: plans per inventory group -> site.yml through ansible-runner."""
+
+import datetime as dt
+import json
+import os
+import re
+import secrets
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from provision.ansible_vars import to_extravars
+from provision.errors import InputError
+from provision.inventory import Inventory, check_inventory, load_fleet, load_inventory
+from provision.plan import Plan, PlanRequest, read_plan
+
+
+class ApplyRequest(NamedTuple):
+    inventory: str
+    plan: str | None = None  # a lock file for every host
+    fleet: str | None = None  # or a fleet file: group -> plan
+    limit: str | None = None
+    tags: str | None = None
+    check: bool = False
+    diff: bool = False
+    serial: str | None = None  # N or N%
+    max_fail_percentage: int | None = None
+    allow_disruption: bool = False
+    extra_vars: dict[str, Any] = {}
+    run_dir: str | None = None
+
+
+class Prepared(NamedTuple):
+    inventory: Inventory
+    plans: dict[str, Plan]  # group ("all" for a single plan) -> plan
+    extravars: dict[str, Any]
+    run_dir: str
+
+
+def prepare(request: ApplyRequest, *, matrix_loader: Callable[[], Any]) -> Prepared:
+    """Validate everything and write the run folder; touches no host."""
+    if bool(request.plan) == bool(request.fleet):
+        raise InputError("give exactly one of --plan and --fleet", hint="--plan plan.lock.json, or --fleet fleet.yaml")
+    if request.serial is not None and not re.fullmatch(r"[1-9]\d*%?", request.serial):
+        raise InputError(f"--serial {request.serial!r} is not a host count or percentage", hint="e.g. --serial 1 or --serial 25%")
+    if request.max_fail_percentage is not None and not 0 <= request.max_fail_percentage <= 100:
+        raise InputError("--max-fail-percentage must be between 0 and 100", hint="e.g. --max-fail-percentage 20")
+    inventory = load_inventory(request.inventory)
+    plans: dict[str, Plan] = {}
+    if request.plan:
+        plans["all"] = read_plan(request.plan)
+        groups = None
+    else:
+        groups = []
+        matrix = None
+        for fg in load_fleet(request.fleet):
+            groups.append(fg.group)
+            if fg.lock:
+                plans[fg.group] = read_plan(fg.lock)
+            else:
+                if matrix is None:
+                    matrix = matrix_loader()
+                from provision.matrix.resolve import resolve
+
+                try:
+                    plans[fg.group] = resolve(matrix, PlanRequest(**fg.request))
+                except InputError as exc:
+                    raise InputError(f"fleet group {fg.group!r}: {exc.message}", hint=exc.hint) from None
+    problems = check_inventory(inventory, groups)
+    if problems:
+        first = problems[0]
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise InputError(f"{first.host + ' ' if first.host else ''}{first.text}{more}",
+                         hint="run provision inventory check -i INVENTORY" + (" --fleet FILE" if groups else ""))
+    run_dir = os.path.abspath(request.run_dir or os.path.join(
+        "provision-runs", dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)))
+    os.makedirs(os.path.join(run_dir, "plans"), exist_ok=True)
+    extravars: dict[str, Any] = {}
+    import yaml
+
+    for group, plan in plans.items():
+        with open(os.path.join(run_dir, "plans", f"{group}.lock.json"), "w", encoding="utf-8") as handle:
+            json.dump(plan.to_dict(), handle, indent=2)
+        if group != "all":
+            with open(os.path.join(run_dir, "plans", f"{group}.yml"), "w", encoding="utf-8") as handle:
+                yaml.safe_dump(to_extravars(plan), handle, sort_keys=True)
+    if request.plan:
+        extravars.update(to_extravars(plans["all"]))
+    else:
+        extravars["provision_plan_dir"] = os.path.join(run_dir, "plans")
+        extravars["provision_plan_groups"] = list(plans)
+    if request.serial:
+        extravars["provision_serial"] = request.serial
+    if request.max_fail_percentage is not None:
+        extravars["provision_max_fail_percentage"] = request.max_fail_percentage
+    extravars["provision_allow_disruption"] = request.allow_disruption
+    extravars.update(request.extra_vars)
+    return Prepared(inventory, plans, extravars, run_dir)
+
+
+def apply(request: ApplyRequest, *, matrix_loader: Callable[[], Any], playbooks: str, on_event=None):
+    from provision.runner import run_playbook
+
+    prepared = prepare(request, matrix_loader=matrix_loader)
+    result = run_playbook(
+        run_dir=prepared.run_dir, playbooks=playbooks, inventory=request.inventory, extravars=prepared.extravars,
+        limit=request.limit, tags=request.tags, check=request.check, diff=request.diff, on_event=on_event,
+    )
+    return prepared, result

@@ -1,0 +1,148 @@
+"""The one place that drives ansible-runner: runs site.yml and turns its events into a per-host
+summary. Its private data directory stays in the run folder as the run's artifacts."""
+
+import os
+import re
+import shutil
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from provision.errors import ToolingError
+from provision.inventory import tool_path
+
+REBOOT_TASK = "Reboot to activate the new driver."
+
+
+class HostResult(NamedTuple):
+    host: str
+    ok: int
+    changed: int
+    failed: int
+    unreachable: int
+    skipped: int
+    rebooted: bool
+    cause: str | None  # the first failed task and its message
+
+    @property
+    def succeeded(self) -> bool:
+        return self.failed == 0 and self.unreachable == 0
+
+
+class RunResult(NamedTuple):
+    status: str  # ansible-runner's status: successful, failed, timeout, canceled
+    rc: int
+    hosts: tuple[HostResult, ...]
+    run_dir: str
+    artifacts: str
+
+    @property
+    def succeeded(self) -> bool:
+        return self.rc == 0 and all(h.succeeded for h in self.hosts) and bool(self.hosts)
+
+
+class Progress(NamedTuple):
+    """What the display gets for each interesting event."""
+
+    kind: str  # play, task, ok, changed, failed, unreachable, skipped
+    host: str | None
+    task: str | None
+    message: str | None
+
+
+_ERROR_LINE = re.compile(r"(?i)(\berror\b|\bfail|denied|not found|^E: )")
+
+
+def _message(res: dict[str, Any]) -> str:
+    """The cause of a failed task in a line: the lines of its output that say what went wrong."""
+    if isinstance(res.get("results"), list):
+        failed = next((r for r in res["results"] if isinstance(r, dict) and r.get("failed")), None)
+        if failed:
+            res = failed
+    output = "\n".join(str(res.get(k) or "") for k in ("stderr", "stdout"))
+    lines = []
+    for line in output.splitlines():
+        line = line.strip()
+        if line and _ERROR_LINE.search(line) and line not in lines:
+            lines.append(line)
+    msg = str(res.get("msg") or res.get("reason") or "").strip()
+    if lines:
+        text = "; ".join(lines[-3:])
+    else:
+        text = msg
+    return " ".join(text.split())[:400]
+
+
+def run_playbook(*, run_dir: str, playbooks: str, inventory: str, extravars: dict[str, Any], limit: str | None = None,
+                 tags: str | None = None, check: bool = False, diff: bool = False, forks: int = 20,
+                 on_event: Callable[[Progress], None] | None = None) -> RunResult:
+    try:
+        import ansible_runner
+    except ImportError as exc:  # pragma: no cover - a dependency of provision
+        raise ToolingError("ansible-runner is not installed", hint="pip install provision") from exc
+    cmdline = " ".join(x for x in ("--check" if check else "", "--diff" if diff else "") if x)
+    first_failure: dict[str, str] = {}
+    rebooted: set[str] = set()
+
+    def handler(event: dict[str, Any]) -> bool:
+        name = event.get("event", "")
+        data = event.get("event_data", {})
+        host, task = data.get("host"), data.get("task")
+        kind = None
+        if name == "playbook_on_play_start":
+            kind = "play"
+        elif name == "playbook_on_task_start":
+            kind = "task"
+        elif name == "runner_on_ok":
+            kind = "changed" if data.get("res", {}).get("changed") else "ok"
+            if task == REBOOT_TASK and data.get("res", {}).get("rebooted"):
+                rebooted.add(host)
+        elif name == "runner_on_failed" and not data.get("ignore_errors"):
+            kind = "failed"
+            first_failure.setdefault(host, f"{task}: {_message(data.get('res', {}))}")
+        elif name == "runner_on_unreachable":
+            kind = "unreachable"
+            first_failure.setdefault(host, f"unreachable: {_message(data.get('res', {}))}")
+        elif name == "runner_on_skipped":
+            kind = "skipped"
+        if kind and on_event is not None:
+            on_event(Progress(kind, host, task or data.get("play"), _message(data.get("res", {})) if kind in ("failed", "unreachable") else None))
+        return True
+
+    os.makedirs(run_dir, exist_ok=True)
+    if shutil.which("ansible-playbook", path=tool_path()) is None:
+        raise ToolingError("ansible-playbook is not installed", hint="pip install provision (it depends on ansible-core)")
+    os.environ["PATH"] = tool_path()  # ansible-runner looks ansible-playbook up before it applies envvars
+    runner = ansible_runner.run(
+        private_data_dir=run_dir,
+        project_dir=playbooks,
+        playbook="site.yml",
+        inventory=os.path.abspath(inventory),
+        extravars=extravars,
+        limit=limit,
+        tags=tags,
+        cmdline=cmdline or None,
+        forks=forks,
+        quiet=True,
+        event_handler=handler,
+        envvars={"ANSIBLE_NOCOLOR": "1", "ANSIBLE_DEPRECATION_WARNINGS": "False",
+                 "ANSIBLE_CONFIG": os.path.join(playbooks, "ansible.cfg"), "PATH": tool_path()},
+        settings={"suppress_ansible_output": True},
+    )
+    stats = runner.stats or {}
+    names = set()
+    for key in ("ok", "changed", "failures", "dark", "skipped", "processed"):
+        names |= set((stats.get(key) or {}).keys())
+    hosts = tuple(
+        HostResult(
+            host=h,
+            ok=(stats.get("ok") or {}).get(h, 0),
+            changed=(stats.get("changed") or {}).get(h, 0),
+            failed=(stats.get("failures") or {}).get(h, 0),
+            unreachable=(stats.get("dark") or {}).get(h, 0),
+            skipped=(stats.get("skipped") or {}).get(h, 0),
+            rebooted=h in rebooted,
+            cause=first_failure.get(h),
+        )
+        for h in sorted(names)
+    )
+    return RunResult(runner.status, runner.rc, hosts, run_dir, os.path.join(run_dir, "artifacts", runner.config.ident))

@@ -1,0 +1,196 @@
+"""The test fleet: containers running systemd and sshd on the host network, one sshd port each on
+127.0.0.1, reached by Ansible over SSH exactly as it reaches servers.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import secrets
+import socket
+import subprocess
+import tarfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from harness import fakegpu, rootfs
+
+HOST_PACKAGES = ("systemd", "systemd-sysv", "dbus", "openssh-server", "python3", "python3-apt", "sudo", "ca-certificates", "gnupg",
+                 "docker.io", "kmod", "procps", "iproute2")
+# Docker inside a container: no overlay mounts, no iptables, no bridge. These keys are already in
+# daemon.json when provision runs, and must survive its merge.
+PRESET_DAEMON_JSON = {"storage-driver": "vfs", "iptables": False, "ip6tables": False, "bridge": "none",
+                      "log-level": "warn"}
+
+
+@dataclass
+class Host:
+    name: str
+    group: str
+    gpu: dict  # /etc/fakegpu/gpu.json
+    secure_boot: bool = False
+    fail_install: bool = False
+    unreachable: bool = False  # in the inventory, but no container listens on its port
+    port: int = 0
+    container: object = None
+
+
+@dataclass
+class Fleet:
+    client: object
+    kit: fakegpu.Kit
+    workdir: Path
+    hosts: list[Host]
+    prefix: str = field(default_factory=lambda: f"provision-test-{secrets.token_hex(4)}")
+    key: Path | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def start(self) -> None:
+        image = rootfs.image(self.client, "debian12-host", include=HOST_PACKAGES)
+        self.key = self.workdir / "id_ed25519"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.key)], check=True)
+        for host in self.hosts:
+            host.port = free_port()
+            if host.unreachable:
+                continue
+            host.container = self.client.containers.create(
+                image, command="/sbin/init", name=f"{self.prefix}-{host.name}", detach=True, network_mode="host",
+                tmpfs={"/run": "", "/run/lock": ""}, cap_add=["SYS_ADMIN"],
+                volumes={"/sys/fs/cgroup": {"bind": "/sys/fs/cgroup", "mode": "ro"}},
+                labels={"provision-test": self.prefix},
+            )
+            host.container.put_archive("/", self._files(host))
+            host.container.start()
+        for host in self.hosts:
+            if not host.unreachable:
+                # the site's own mirror only, and no package cache left from the image build
+                self.exec(host, "rm -f /etc/apt/sources.list /etc/apt/sources.list.d/debian.sources /var/cache/apt/*.bin")
+        for host in self.hosts:
+            if not host.unreachable:
+                self._wait_ssh(host)
+
+    def stop(self) -> None:
+        for host in self.hosts:
+            if host.container is not None:
+                try:
+                    host.container.remove(force=True)
+                except Exception:  # noqa: BLE001,S110 - best effort; the label sweep below catches leftovers
+                    pass
+        for c in self.client.containers.list(all=True, filters={"label": f"provision-test={self.prefix}"}):
+            c.remove(force=True)
+
+    # -- helpers for tests ----------------------------------------------------------------
+    def host(self, name: str) -> Host:
+        return next(h for h in self.hosts if h.name == name)
+
+    def exec(self, host: Host | str, command: str, *, check: bool = True) -> str:
+        host = self.host(host) if isinstance(host, str) else host
+        code, out = host.container.exec_run(["sh", "-c", command])
+        text = out.decode(errors="replace")
+        if check and code != 0:
+            raise RuntimeError(f"{host.name}: `{command}` exited {code}: {text}")
+        return text
+
+    def ssh(self, host: Host | str, command: str) -> subprocess.CompletedProcess:
+        host = self.host(host) if isinstance(host, str) else host
+        return subprocess.run(["ssh", *self.ssh_options(), "-p", str(host.port), "root@127.0.0.1", command],
+                              capture_output=True, text=True, timeout=60, check=False)
+
+    def ssh_options(self) -> list[str]:
+        return ["-i", str(self.key), "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+                "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=5", "-o", "BatchMode=yes"]
+
+    def inventory(self, path: Path, group_vars: dict, *, hosts: list[Host] | None = None) -> Path:
+        groups: dict[str, dict] = {}
+        for host in hosts or self.hosts:
+            groups.setdefault(host.group, {"hosts": {}})["hosts"][host.name] = {
+                "ansible_host": "127.0.0.1", "ansible_port": host.port}
+        doc = {"all": {"vars": {
+            "ansible_user": "root",
+            "ansible_ssh_private_key_file": str(self.key),
+            "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR",
+            "ansible_python_interpreter": "/usr/bin/python3",
+            **group_vars,
+        }, "children": groups}}
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        return path
+
+    # -- internals ------------------------------------------------------------------------
+    def _files(self, host: Host) -> bytes:
+        debian_key = self.kit.key("debian").armored
+        files: dict[str, tuple[str, int]] = {
+            "etc/ssh/sshd_config.d/provision-test.conf": (
+                f"ListenAddress 127.0.0.1:{host.port}\nPermitRootLogin prohibit-password\nPasswordAuthentication no\n"
+                "UseDNS no\n", 0o644),
+            "root/.ssh/authorized_keys": (Path(f"{self.key}.pub").read_text(), 0o600),
+            "etc/apt/keyrings/provision-test-debian.asc": (debian_key, 0o644),
+            "etc/apt/sources.list.d/provision-test-debian.list": (
+                "# the site's Debian mirror (fakegpu kit, loopback)\n"
+                f"deb [signed-by=/etc/apt/keyrings/provision-test-debian.asc] {self.kit.server.url}/{fakegpu.DEBIAN_REPO}/ /\n",
+                0o644),
+            "etc/docker/daemon.json": (json.dumps(PRESET_DAEMON_JSON, indent=2) + "\n", 0o644),
+            "etc/fakegpu/gpu.json": (json.dumps(host.gpu, indent=2) + "\n", 0o644),
+        }
+        for i in range(host.gpu.get("count", 1)):
+            base = f"opt/fakegpu/pci/0000:{0x17 + i * 0x20:02x}:00.0"
+            files[f"{base}/vendor"] = ("0x10de\n", 0o444)
+            files[f"{base}/device"] = (f"0x{host.gpu['device_id'].lower()}\n", 0o444)
+            files[f"{base}/class"] = ("0x030200\n", 0o444)
+        files["opt/fakegpu/pci/0000:00:1f.0/vendor"] = ("0x8086\n", 0o444)  # a non-NVIDIA device
+        files["opt/fakegpu/pci/0000:00:1f.0/device"] = ("0xa1c1\n", 0o444)
+        if host.secure_boot:
+            files[f"opt/fakegpu/efivars/{fakegpu.SECURE_BOOT_VAR}"] = ("\x06\x00\x00\x00\x01", 0o644)
+        if host.fail_install:
+            files["etc/fakegpu/fail-install"] = ("simulate a failing driver package install\n", 0o644)
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            dirs = set()
+            for name in files:
+                parts = Path(name).parents
+                for parent in reversed(list(parts)[:-1]):
+                    dirs.add(str(parent))
+            for d in sorted(dirs):
+                info = tarfile.TarInfo(d)
+                info.type = tarfile.DIRTYPE
+                info.mode = 0o700 if d == "root/.ssh" else 0o755
+                tar.addfile(info)
+            for name, (content, mode) in files.items():
+                data = content.encode("latin-1" if "efivars" in name else "utf-8")
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                info.mode = mode
+                tar.addfile(info, io.BytesIO(data))
+        return buf.getvalue()
+
+    def _wait_ssh(self, host: Host, timeout: float = 90.0) -> None:
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            proc = self.ssh(host, "systemctl is-system-running --wait >/dev/null 2>&1; true")
+            if proc.returncode == 0:
+                return
+            last = proc.stderr
+            time.sleep(1)
+        logs = host.container.logs(tail=40).decode(errors="replace") if host.container else ""
+        raise RuntimeError(f"{host.name}: sshd on 127.0.0.1:{host.port} did not answer: {last}\n{logs}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_apply(*args: str, run_dir: Path) -> tuple[int, str, dict]:
+    """The installed CLI, in its own process, as an operator runs it."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "provision", "apply", *args, "--run-dir", str(run_dir)],
+                          capture_output=True, text=True, timeout=1800, check=False)
+    summary_path = run_dir / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    return proc.returncode, proc.stdout + proc.stderr, summary

@@ -1,0 +1,71 @@
+"""Base images made locally with debootstrap (no registry is reachable), cached between runs.
+
+The cache key covers the suite, variant and package list, so a changed recipe builds anew.
+Tarballs live under ~/.cache/provision-test (CI runs on the same machine as the session).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+CACHE = Path(os.environ.get("PROVISION_TEST_CACHE", Path.home() / ".cache" / "provision-test"))
+RECIPE_VERSION = "1"
+
+
+def debian_mirror() -> str:
+    explicit = os.environ.get("PROVISION_TEST_DEBIAN_MIRROR")
+    if explicit:
+        return explicit
+    for path in (Path("/etc/apt/sources.list.d/debian.sources"), Path("/etc/apt/sources.list")):
+        if path.exists():
+            m = re.search(r"(?:URIs:|deb)\s+(https?://\S+/debian)\b", path.read_text())
+            if m:
+                return m.group(1)
+    return "http://deb.debian.org/debian"
+
+
+def image(client, name: str, *, suite: str = "bookworm", variant: str = "minbase", include: tuple[str, ...] = (),
+          cmd: str = '["/sbin/init"]') -> str:
+    """The tag of a local image built from Debian `suite` with `include`d packages."""
+    key = hashlib.sha256(f"{RECIPE_VERSION}|{suite}|{variant}|{','.join(sorted(include))}|{cmd}".encode()).hexdigest()[:12]
+    tag = f"provision-test/{name}:{key}"
+    try:
+        client.images.get(tag)
+        return tag
+    except Exception:  # noqa: BLE001 - docker.errors.ImageNotFound, or an engine hiccup: rebuild
+        pass
+    CACHE.mkdir(parents=True, exist_ok=True)
+    tarball = CACHE / f"{name}-{key}.tar"
+    if not tarball.exists():
+        _debootstrap(tarball, suite, variant, include)
+    client.api.import_image_from_file(str(tarball), repository=f"provision-test/{name}", tag=key,
+                                      changes=[f"CMD {cmd}"])
+    return tag
+
+
+def _debootstrap(tarball: Path, suite: str, variant: str, include: tuple[str, ...]) -> None:
+    work = Path(tempfile.mkdtemp(prefix="provision-rootfs-", dir=CACHE))
+    try:
+        root = work / "root"
+        args = ["debootstrap", f"--variant={variant}"]
+        if include:
+            args.append("--include=" + ",".join(include))
+        proc = subprocess.run([*args, suite, str(root), debian_mirror()], capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"debootstrap failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        # apt caches and lists are not part of an image
+        for junk in ("var/cache/apt/archives", "var/lib/apt/lists", "var/cache/apt"):
+            for child in (root / junk).glob("*"):
+                if child.is_file():
+                    child.unlink()
+        partial = tarball.with_suffix(".partial")
+        subprocess.run(["tar", "-C", str(root), "-cf", str(partial), "."], check=True)
+        partial.rename(tarball)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
