@@ -21,6 +21,9 @@ COMMANDS = {
     "matrix": "provision.cli_plan:matrix_group",
     "apply": "provision.cli_fleet:apply_cmd",
     "inventory": "provision.cli_fleet:inventory_group",
+    "render": "provision.cli_images:render_cmd",
+    "build": "provision.cli_images:build_cmd",
+    "ci": "provision.cli_images:ci_group",
 }
 
 

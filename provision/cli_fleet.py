@@ -88,11 +88,12 @@ class LiveProgress:
 @click.option("--serial", metavar="N|N%", help="Provision hosts in batches of N (or N%).")
 @click.option("--max-fail-percentage", type=int, metavar="P", help="Stop the run when more than P% of a batch fails.")
 @click.option("--allow-disruption", is_flag=True, help="Change the driver even while processes use the GPUs.")
+@click.option("--full", is_flag=True, help="Run every task, also on hosts whose recorded state still holds.")
 @click.option("-e", "--extra-vars", "extra", multiple=True, metavar="KEY=VALUE", help="Site variables (role_prefixed names).")
 @click.option("--run-dir", type=click.Path(file_okay=False), help="Run folder (default: ./provision-runs/<time>-<id>).")
 @click.pass_context
 def apply_cmd(ctx, inventory, plan_file, fleet_file, limit, tags, check, diff, serial, max_fail_percentage,
-              allow_disruption, extra, run_dir):
+              allow_disruption, full, extra, run_dir):
     """Provision hosts to match their plan: driver, Fabric Manager, Docker and the Container Toolkit.
 
     Runs playbooks/site.yml through ansible-runner; its private data directory stays in the run
@@ -111,7 +112,7 @@ def apply_cmd(ctx, inventory, plan_file, fleet_file, limit, tags, check, diff, s
         extra_vars[key] = value
     request = ApplyRequest(inventory=inventory, plan=plan_file, fleet=fleet_file, limit=limit, tags=tags, check=check,
                            diff=diff, serial=serial, max_fail_percentage=max_fail_percentage,
-                           allow_disruption=allow_disruption, extra_vars=extra_vars, run_dir=run_dir)
+                           allow_disruption=allow_disruption, extra_vars=extra_vars, run_dir=run_dir, full=full)
     with LiveProgress() as progress:
         prepared, result = apply(request, matrix_loader=_matrix_loader(ctx), playbooks=playbooks_dir(), on_event=progress)
     rows = [(h.host, h.ok, h.changed, h.failed, h.unreachable, "yes" if h.rebooted else "no", h.cause or "")

@@ -96,6 +96,7 @@ class PlanFramework(NamedTuple):
     extra: str | None
     libraries: str
     requirement: str  # what pip takes: "torch==2.5.1"
+    requires_python: str | None = None  # the wheel's Requires-Python
 
 
 class PlanFabricManager(NamedTuple):
@@ -173,6 +174,18 @@ class Plan(NamedTuple):
     @property
     def short_digest(self) -> str:
         return self.digest().removeprefix("sha256:")[:12]
+
+
+def nvidia_require_cuda(plan: Plan) -> str:
+    """NVIDIA_REQUIRE_CUDA for the plan's images: the NVIDIA runtime refuses a host whose driver
+    supports an older CUDA. A plan that relies on minor-version compatibility also admits its own
+    driver branch, as NVIDIA's images do (brand=...,driver>=N,driver<N+1 alternatives)."""
+    cuda = plan.framework.cuda if plan.framework else ".".join(plan.cuda.version.split(".")[:2])
+    value = f"cuda>={cuda}"
+    if plan.cuda.compatibility == "minor-version":
+        branch = int(plan.driver.branch)
+        value += "".join(f" brand={b},driver>={branch},driver<{branch + 1}" for b in ("tesla", "nvidia", "unknown"))
+    return value
 
 
 def read_plan(path: str | os.PathLike[str]) -> Plan:

@@ -27,6 +27,7 @@ class ApplyRequest(NamedTuple):
     allow_disruption: bool = False
     extra_vars: dict[str, Any] = {}
     run_dir: str | None = None
+    full: bool = False  # run every task even on a host whose recorded state still holds
 
 
 class Prepared(NamedTuple):
@@ -36,7 +37,7 @@ class Prepared(NamedTuple):
     run_dir: str
 
 
-def prepare(request: ApplyRequest, *, matrix_loader: Callable[[], Any]) -> Prepared:
+def prepare(request: ApplyRequest, *, matrix_loader: Callable[[], Any], playbooks: str) -> Prepared:
     """Validate everything and write the run folder; touches no host."""
     if bool(request.plan) == bool(request.fleet):
         raise InputError("give exactly one of --plan and --fleet", hint="--plan plan.lock.json, or --fleet fleet.yaml")
@@ -93,14 +94,33 @@ def prepare(request: ApplyRequest, *, matrix_loader: Callable[[], Any]) -> Prepa
     if request.max_fail_percentage is not None:
         extravars["provision_max_fail_percentage"] = request.max_fail_percentage
     extravars["provision_allow_disruption"] = request.allow_disruption
+    extravars["provision_full_run"] = request.full
+    extravars["provision_roles_digest"] = roles_digest(playbooks)
     extravars.update(request.extra_vars)
     return Prepared(inventory, plans, extravars, run_dir)
+
+
+def roles_digest(playbooks: str) -> str:
+    """sha256 over every file of the playbooks tree: new roles never count as converged."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for root, dirs, files in os.walk(playbooks):
+        dirs.sort()
+        for name in sorted(files):
+            if name.endswith((".pyc", ".retry")):
+                continue
+            path = os.path.join(root, name)
+            h.update(os.path.relpath(path, playbooks).encode() + b"\0")
+            with open(path, "rb") as handle:
+                h.update(handle.read())
+    return h.hexdigest()
 
 
 def apply(request: ApplyRequest, *, matrix_loader: Callable[[], Any], playbooks: str, on_event=None):
     from provision.runner import run_playbook
 
-    prepared = prepare(request, matrix_loader=matrix_loader)
+    prepared = prepare(request, matrix_loader=matrix_loader, playbooks=playbooks)
     result = run_playbook(
         run_dir=prepared.run_dir, playbooks=playbooks, inventory=request.inventory, extravars=prepared.extravars,
         limit=request.limit, tags=request.tags, check=request.check, diff=request.diff, on_event=on_event,

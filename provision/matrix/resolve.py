@@ -502,6 +502,7 @@ def _build_plan(ctx, drv: DriverChoice, fw_release, build, cuda, image, compat, 
             name=fw.id, package=fw.package, version=str(fw_release.version), variant=build.variant,
             cuda=build.cuda, cuda_runtime=build.cuda_runtime, cudnn=build.cudnn, index_url=build.index_url,
             extra=build.extra, libraries=build.libraries, requirement=requirement,
+            requires_python=fw_release.python,
         )
         index = build.index_url or "the package index default (pypi.org)"
         _, how = carries_sm(matrix, build, ctx.cc)

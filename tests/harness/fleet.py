@@ -49,7 +49,7 @@ class Fleet:
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
-        image = rootfs.image(self.client, "debian12-host", include=HOST_PACKAGES)
+        image = rootfs.image(self.client, "debian12-host", include=HOST_PACKAGES, cmd='["/sbin/init"]')
         self.key = self.workdir / "id_ed25519"
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.key)], check=True)
         for host in self.hosts:

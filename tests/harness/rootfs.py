@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 CACHE = Path(os.environ.get("PROVISION_TEST_CACHE", Path.home() / ".cache" / "provision-test"))
-RECIPE_VERSION = "1"
+RECIPE_VERSION = "2"
 
 
 def debian_mirror() -> str:
@@ -30,10 +30,21 @@ def debian_mirror() -> str:
     return "http://deb.debian.org/debian"
 
 
+HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+# outside /etc/ssl/certs, which the ca-certificates package rebuilds when a build installs it
+IMAGE_CA = "/usr/local/share/provision-test/ca-bundle.crt"
+
+
 def image(client, name: str, *, suite: str = "bookworm", variant: str = "minbase", include: tuple[str, ...] = (),
-          cmd: str = '["/sbin/init"]') -> str:
-    """The tag of a local image built from Debian `suite` with `include`d packages."""
-    key = hashlib.sha256(f"{RECIPE_VERSION}|{suite}|{variant}|{','.join(sorted(include))}|{cmd}".encode()).hexdigest()[:12]
+          cmd: str = '["/bin/bash"]', trust_host_ca: bool = False) -> str:
+    """The tag of a local image built from Debian `suite` with `include`d packages.
+
+    trust_host_ca: copy this machine's CA bundle into the image and point pip and Python at it,
+    as a site behind a TLS-inspecting proxy does with its mirror of nvidia/cuda.
+    """
+    ca = HOST_CA.read_bytes() if trust_host_ca and HOST_CA.exists() else b""
+    recipe = f"{RECIPE_VERSION}|{suite}|{variant}|{','.join(sorted(include))}|{cmd}|{hashlib.sha256(ca).hexdigest()}"
+    key = hashlib.sha256(recipe.encode()).hexdigest()[:12]
     tag = f"provision-test/{name}:{key}"
     try:
         client.images.get(tag)
@@ -43,13 +54,15 @@ def image(client, name: str, *, suite: str = "bookworm", variant: str = "minbase
     CACHE.mkdir(parents=True, exist_ok=True)
     tarball = CACHE / f"{name}-{key}.tar"
     if not tarball.exists():
-        _debootstrap(tarball, suite, variant, include)
-    client.api.import_image_from_file(str(tarball), repository=f"provision-test/{name}", tag=key,
-                                      changes=[f"CMD {cmd}"])
+        _debootstrap(tarball, suite, variant, include, ca)
+    changes = [f"CMD {cmd}"]
+    if ca:
+        changes += [f"ENV {var}={IMAGE_CA}" for var in ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")]
+    client.api.import_image_from_file(str(tarball), repository=f"provision-test/{name}", tag=key, changes=changes)
     return tag
 
 
-def _debootstrap(tarball: Path, suite: str, variant: str, include: tuple[str, ...]) -> None:
+def _debootstrap(tarball: Path, suite: str, variant: str, include: tuple[str, ...], ca: bytes = b"") -> None:
     work = Path(tempfile.mkdtemp(prefix="provision-rootfs-", dir=CACHE))
     try:
         root = work / "root"
@@ -59,6 +72,10 @@ def _debootstrap(tarball: Path, suite: str, variant: str, include: tuple[str, ..
         proc = subprocess.run([*args, suite, str(root), debian_mirror()], capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise RuntimeError(f"debootstrap failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        if ca:
+            target = root / IMAGE_CA.lstrip("/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(ca)
         # apt caches and lists are not part of an image
         for junk in ("var/cache/apt/archives", "var/lib/apt/lists", "var/cache/apt"):
             for child in (root / junk).glob("*"):

@@ -67,10 +67,18 @@ def test_apply_converges_a_mixed_fleet(fleet_env, tmp_path):
 
 
 def test_second_apply_changes_nothing(fleet_env, tmp_path):
-    rc, out, summary = run_apply("-i", str(fleet_env.inventory()), "--fleet", str(fleet_env.fleet_file()),
-                                 run_dir=tmp_path / "run2")
+    # every task again (--full): the roles themselves are idempotent
+    rc, out, summary = run_apply("-i", str(fleet_env.inventory()), "--fleet", str(fleet_env.fleet_file()), "--full",
+                                 run_dir=tmp_path / "full")
     assert rc == 0, out
     assert {h: v["changed"] for h, v in summary["hosts"].items()} == {"gpu-a": 0, "gpu-b": 0, "gpu-c": 0}, out
+    assert all(v["ok"] > 40 for v in summary["hosts"].values()), "the full run ran the roles"
+    # a plain re-run: the recorded state still holds, so each host ends after one check
+    rc, out, summary = run_apply("-i", str(fleet_env.inventory()), "--fleet", str(fleet_env.fleet_file()),
+                                 run_dir=tmp_path / "quick")
+    assert rc == 0, out
+    assert {h: v["changed"] for h, v in summary["hosts"].items()} == {"gpu-a": 0, "gpu-b": 0, "gpu-c": 0}, out
+    assert all(v["ok"] < 5 for v in summary["hosts"].values()), summary
 
 
 def test_check_diff_changes_nothing(fleet_env, tmp_path):

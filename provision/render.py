@@ -1,0 +1,176 @@
+"""Dockerfiles from the plan: Jinja2 templates in images/ (sandboxed, strict), one build context
+per render. Never needs a Docker engine."""
+
+import os
+import re
+import shutil
+import tempfile
+from typing import Any, NamedTuple
+
+from provision import __version__
+from provision.errors import InputError
+from provision.plan import Plan, nvidia_require_cuda
+from provision.resources import images_dir
+
+USER, UID = "app", 10001
+PIP_VERSION = "24.2"
+
+
+class RenderedImage(NamedTuple):
+    variant: str
+    dockerfile: str
+    files: dict[str, str]  # context-relative path -> content (Dockerfile included)
+    from_ref: str
+    tags: tuple[str, ...]  # repository-relative tags: "pytorch2.5.1-cuda12.4.1-ubuntu22.04", "plan-<digest>-pytorch"
+    labels: dict[str, str]
+
+
+def _yaml(path: str) -> Any:
+    import yaml
+
+    with open(path, encoding="utf-8") as handle:
+        return yaml.safe_load(handle)
+
+
+def variants(templates: str | None = None) -> dict[str, dict[str, Any]]:
+    """Our variants, plus those a user's template directory declares in its variants.yaml."""
+    found = dict(_yaml(os.path.join(images_dir(), "variants.yaml"))["variants"])
+    if templates and os.path.exists(os.path.join(templates, "variants.yaml")):
+        found.update((_yaml(os.path.join(templates, "variants.yaml")) or {}).get("variants", {}))
+    return found
+
+
+def make_env(templates: str | None = None):
+    """Sandboxed, StrictUndefined. A user's directory comes first; ours stay reachable as
+    provision/<path> so user templates can extend them ({% extends "provision/base/Dockerfile.j2" %})."""
+    from jinja2 import ChoiceLoader, FileSystemLoader, PrefixLoader, StrictUndefined
+    from jinja2.sandbox import SandboxedEnvironment
+
+    ours = FileSystemLoader(images_dir())
+    loaders = [PrefixLoader({"provision": ours})]
+    if templates:
+        if not os.path.isdir(templates):
+            raise InputError(f"--templates {templates!r} is not a directory", hint="point it at a folder of *.j2 templates")
+        loaders.insert(0, FileSystemLoader(templates))
+    loaders.append(ours)
+    return SandboxedEnvironment(loader=ChoiceLoader(loaders), undefined=StrictUndefined, trim_blocks=True,
+                                lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
+
+
+def _python(image_os: dict[str, Any], requires: str | None, os_name: str) -> dict[str, Any]:
+    options = image_os["python"]
+    if not requires:
+        return options[0]
+    for option in options:
+        if _satisfies(option["version"], requires):
+            return option
+    offered = ", ".join(o["version"] for o in options)
+    raise InputError(f"no Python on {os_name} images satisfies the framework's Requires-Python {requires} (offered: {offered})",
+                     hint="plan an older framework release, or another OS")
+
+
+def _satisfies(version: str, spec: str) -> bool:
+    from provision.versions import DottedVersion, VersionSpec
+
+    clauses = [c.strip() for c in spec.split(",") if c.strip()]
+    clean = ",".join(c for c in clauses if re.match(r"^(==|!=|>=|<=|>|<)\s*\d+(\.\d+)*$", c))
+    return VersionSpec(clean).contains(DottedVersion(version)) if clean else True
+
+
+def image_tags(plan: Plan, variant: str) -> tuple[str, ...]:
+    fw = f"{plan.framework.name}{plan.framework.version}" if plan.framework and variant != "base" else variant
+    return (f"{fw}-cuda{plan.cuda.version}-{plan.os.cuda_image_os}", f"plan-{plan.short_digest}-{variant}")
+
+
+def render_image(plan: Plan, variant: str, *, templates: str | None = None, base_image: str | None = None) -> RenderedImage:
+    known = variants(templates)
+    if variant not in known:
+        raise InputError(f"unknown variant {variant!r}", hint=f"variants: {', '.join(sorted(known))}")
+    spec = known[variant]
+    needs = spec.get("framework")
+    if needs and (plan.framework is None or plan.framework.name != needs):
+        have = f"a {plan.framework.name} plan" if plan.framework else "a plan without a framework"
+        raise InputError(f"variant {variant!r} needs a plan with --framework {needs}==VERSION, got {have}",
+                         hint=f"provision plan ... --framework {needs}==VERSION --lock plan.lock.json")
+    os_facts = _yaml(os.path.join(images_dir(), "os.yaml"))["image_os"]
+    image_os_name = plan.os.cuda_image_os
+    if image_os_name not in os_facts:
+        raise InputError(f"no image facts for {image_os_name!r} in images/os.yaml", hint="add the OS there")
+    image_os = os_facts[image_os_name]
+    flavour = spec["flavour"]
+    if variant == "tensorflow" and plan.framework and plan.framework.libraries == "system":
+        flavour = "cudnn-runtime"  # TensorFlow 2.12/2.13 take CUDA and cuDNN from the image
+    if flavour == "devel" and plan.cudnn is not None and "cudnn-devel" in plan.images:
+        flavour = "cudnn-devel"
+    if flavour not in plan.images:
+        raise InputError(f"the plan has no nvidia/cuda {flavour} image for {image_os_name}",
+                         hint=f"published: {', '.join(sorted(plan.images))}")
+    from_ref = base_image or plan.images[flavour]
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*", from_ref):
+        raise InputError(f"--base-image {from_ref!r} is not an image reference", hint="e.g. registry.local/nvidia/cuda@sha256:…")
+    fw = plan.framework if needs or variant == "devel" else None
+    labels = {
+        "org.opencontainers.image.title": f"provision-{variant}",
+        "org.opencontainers.image.description": spec["description"],
+        "org.opencontainers.image.version": fw.version if fw else plan.cuda.version,
+        "org.opencontainers.image.base.name": from_ref,
+        "io.provision.plan-digest": plan.digest(),
+        "io.provision.variant": variant,
+        "io.provision.os": plan.os.id,
+        "io.provision.gpu": plan.gpu.id,
+        "io.provision.driver-floor": plan.driver_floor,
+        "io.provision.cuda": plan.cuda.version,
+        "io.provision.cudnn": plan.cudnn.version if plan.cudnn else "none",
+        "io.provision.framework": fw.requirement if fw else "none",
+    }
+    image = {
+        "description": spec["description"],
+        "from_ref": from_ref,
+        "pkg_manager": image_os["pkg_manager"],
+        "user": USER,
+        "uid": UID,
+        "pip_version": PIP_VERSION,
+        "python": _python(image_os, fw.requires_python if fw else None, image_os_name),
+        "labels": labels,
+        "nvidia_require_cuda": nvidia_require_cuda(plan),
+        "provision_version": __version__,
+    }
+    env = make_env(templates)
+    from jinja2 import TemplateError
+
+    try:
+        dockerfile = env.get_template(spec["template"]).render(plan={**plan.to_dict()}, image=image)
+    except TemplateError as exc:
+        raise InputError(f"template {spec['template']} failed to render: {exc}",
+                         hint="check your --templates; every variable must exist (StrictUndefined)") from None
+    files = {"Dockerfile": dockerfile}
+    if fw is not None:
+        lines = [f"--index-url {fw.index_url}"] if fw.index_url else []
+        files["requirements.txt"] = "\n".join([*lines, fw.requirement]) + "\n"
+    return RenderedImage(variant, dockerfile, files, from_ref, image_tags(plan, variant), labels)
+
+
+def write_context(rendered: RenderedImage, plan: Plan, out: str) -> str:
+    """Write the build context to `out` atomically: all of it, or nothing."""
+    import json
+
+    out = os.path.abspath(out)
+    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+        raise InputError(f"--out {out!r} exists and is not an empty directory", hint="choose a new or empty directory")
+    parent = os.path.dirname(out)
+    try:
+        os.makedirs(parent, exist_ok=True)
+        staging = tempfile.mkdtemp(prefix=".provision-render-", dir=parent)
+    except OSError as exc:
+        raise InputError(f"cannot write to {parent!r}: {exc.strerror}", hint="choose a writable --out") from None
+    try:
+        for name, content in {**rendered.files, "plan.lock.json": json.dumps(plan.to_dict(), indent=2) + "\n"}.items():
+            with open(os.path.join(staging, name), "w", encoding="utf-8") as handle:
+                handle.write(content)
+        if os.path.isdir(out):
+            os.rmdir(out)
+        os.rename(staging, out)
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise InputError(f"cannot write the build context to {out!r}: {exc.strerror}", hint="choose a writable --out") from None
+    return out

@@ -1,0 +1,187 @@
+"""Rendering Dockerfiles from plans: content, reproducibility, bad input, and the hadolint sweep."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from provision.errors import InputError
+from provision.matrix.resolve import resolve
+from provision.plan import PlanRequest, nvidia_require_cuda
+from provision.render import image_tags, render_image, variants, write_context
+
+HADOLINT = Path(sys.executable).parent / "hadolint"
+CONFIG = Path(__file__).resolve().parents[2] / ".hadolint.yaml"
+
+
+def plan_for(matrix, os_id, gpu, **pins):
+    return resolve(matrix, PlanRequest(os=os_id, gpu=gpu, **pins))
+
+
+def test_pytorch_on_rocky(real_matrix):
+    plan = plan_for(real_matrix, "rocky9", "a100-pcie", framework="pytorch==2.5.1")
+    r = render_image(plan, "pytorch")
+    assert r.from_ref == plan.images["base"] == "nvidia/cuda:12.4.1-base-rockylinux9"
+    df = r.dockerfile
+    assert df.count("FROM ") == 1 and f"FROM {r.from_ref}\n" in df
+    assert "dnf install -y" in df and "dnf clean all" in df and "apt-get" not in df
+    assert "--no-cache-dir" in df and 'ENV NVIDIA_REQUIRE_CUDA="cuda>=12.4"' in df
+    assert f'io.provision.plan-digest="{plan.digest()}"' in df and 'io.provision.framework="torch==2.5.1"' in df
+    assert f'io.provision.driver-floor="{plan.driver_floor}"' in df
+    assert "USER 10001:10001" in df and "created" not in df
+    assert r.files["requirements.txt"] == "torch==2.5.1\n"
+    assert r.tags == (f"pytorch2.5.1-cuda12.4.1-rockylinux9", f"plan-{plan.short_digest}-pytorch")
+
+
+def test_tensorflow_on_ubuntu(real_matrix):
+    plan = plan_for(real_matrix, "ubuntu22.04", "h100-sxm", framework="tensorflow==2.15.0")
+    r = render_image(plan, "tensorflow")
+    assert r.from_ref == "nvidia/cuda:12.2.2-base-ubuntu22.04"
+    assert "rm -rf /var/lib/apt/lists/*" in r.dockerfile and "dnf" not in r.dockerfile
+    assert r.files["requirements.txt"] == "tensorflow[and-cuda]==2.15.0\n"
+
+
+def test_index_url_for_a_variant_build(real_matrix):
+    plan = plan_for(real_matrix, "ubuntu22.04", "v100", framework="pytorch==2.14.0")
+    r = render_image(plan, "pytorch")
+    assert r.files["requirements.txt"] == "--index-url https://download.pytorch.org/whl/cu126\ntorch==2.14.0\n"
+
+
+def test_system_cuda_tensorflow_uses_the_cudnn_image(real_matrix):
+    plan = plan_for(real_matrix, "ubuntu22.04", "l4", framework="tensorflow==2.12.0")
+    assert render_image(plan, "tensorflow").from_ref == "nvidia/cuda:11.8.0-cudnn8-runtime-ubuntu22.04"
+
+
+def test_python_satisfies_requires_python(real_matrix):
+    plan = plan_for(real_matrix, "rocky9", "h100-sxm", framework="pytorch==2.11.0")
+    r = render_image(plan, "pytorch")
+    assert "python3.11 -m venv" in r.dockerfile, "EL9's python3 is 3.9; torch 2.11 needs >= 3.10"
+
+
+def test_minor_version_plan_admits_its_driver_branch(real_matrix):
+    plan = plan_for(real_matrix, "ubuntu22.04", "a100-pcie", driver="535", cuda="12.4")
+    assert nvidia_require_cuda(plan).startswith("cuda>=12.4 brand=tesla,driver>=535,driver<536")
+
+
+def test_base_image_override_and_devel(real_matrix):
+    plan = plan_for(real_matrix, "rocky9", "b200")
+    r = render_image(plan, "devel", base_image="registry.local/nvidia/cuda@sha256:" + "a" * 64)
+    assert r.from_ref.startswith("registry.local/") and "FROM registry.local/nvidia/cuda@sha256:" in r.dockerfile
+    assert render_image(plan, "devel").from_ref == plan.images["cudnn-devel"]
+
+
+def test_renders_are_reproducible(real_matrix, tmp_path):
+    plan = plan_for(real_matrix, "ubuntu22.04", "h100-sxm", framework="pytorch==2.9.1")
+    a = write_context(render_image(plan, "pytorch"), plan, tmp_path / "a")
+    b = write_context(render_image(plan, "pytorch"), plan, tmp_path / "b")
+    for name in ("Dockerfile", "requirements.txt", "plan.lock.json"):
+        assert (Path(a) / name).read_bytes() == (Path(b) / name).read_bytes()
+
+
+def test_user_templates_extend_ours(real_matrix, tmp_path):
+    (tmp_path / "variants.yaml").write_text(
+        "variants:\n  tools:\n    template: tools/Dockerfile.j2\n    flavour: runtime\n    framework: null\n"
+        "    description: with jq\n")
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "Dockerfile.j2").write_text(
+        '{% extends "provision/base/Dockerfile.j2" %}\n{% block software %}\n{{ macros.install_packages(["jq"]) }}\n{% endblock %}\n')
+    plan = plan_for(real_matrix, "ubuntu22.04", "l4")
+    r = render_image(plan, "tools", templates=str(tmp_path))
+    assert "apt-get install -y --no-install-recommends jq" in r.dockerfile and r.from_ref == plan.images["runtime"]
+    assert "tools" in variants(str(tmp_path)) and "base" in variants(str(tmp_path))
+
+
+@pytest.mark.parametrize(("variant", "pins", "text"), [
+    ("gpu-burn", {}, "unknown variant 'gpu-burn'"),
+    ("pytorch", {}, "needs a plan with --framework pytorch"),
+    ("tensorflow", {"framework": "pytorch==2.5.1"}, "got a pytorch plan"),
+])
+def test_bad_variants(real_matrix, variant, pins, text):
+    plan = plan_for(real_matrix, "rocky9", "a100-pcie", **pins)
+    with pytest.raises(InputError, match=text) as info:
+        render_image(plan, variant)
+    assert info.value.exit_code == 2 and info.value.hint
+
+
+def test_strict_undefined_in_user_templates(real_matrix, tmp_path):
+    (tmp_path / "variants.yaml").write_text(
+        "variants:\n  bad:\n    template: bad.j2\n    flavour: base\n    framework: null\n    description: x\n")
+    (tmp_path / "bad.j2").write_text("FROM {{ image.no_such_thing }}\n")
+    with pytest.raises(InputError, match="failed to render"):
+        render_image(plan_for(real_matrix, "rocky9", "t4"), "bad", templates=str(tmp_path))
+
+
+def test_render_cli_and_its_errors(cli, tmp_path):
+    out = tmp_path / "ctx"
+    r = cli("render", "--os", "rocky9", "--gpu", "a100-pcie", "--framework", "pytorch==2.5.1", "--out", str(out))
+    assert r.code == 0 and r.out.strip() == str(out)
+    assert sorted(p.name for p in out.iterdir()) == ["Dockerfile", "plan.lock.json", "requirements.txt"]
+    lock = out / "plan.lock.json"
+    r = cli("render", "--plan", str(lock), "--variant", "base", "--out", str(tmp_path / "again"))
+    assert r.code == 0
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    cases = [
+        (["--plan", str(lock), "--out", str(out)], "exists and is not an empty directory"),
+        (["--plan", str(lock), "--out", str(blocker / "ctx")], "cannot write"),
+        (["--plan", str(blocker), "--out", str(tmp_path / "n1")], "is not a plan"),
+        (["--plan", str(lock), "--variant", "nope", "--out", str(tmp_path / "n2")], "unknown variant"),
+        (["--out", str(tmp_path / "n3")], "no plan: give --plan FILE or --os OS --gpu GPU"),
+    ]
+    doc = json.loads(lock.read_text())
+    doc["schema"] = 7
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(doc))
+    cases.append((["--plan", str(other), "--out", str(tmp_path / "n4")], "plan schema 7"))
+    for args, text in cases:
+        r = cli("render", *args)
+        assert r.code == 2, (args, r)
+        assert text in r.err and "hint:" in r.err and "Traceback" not in r.err, (args, r.err)
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith(".provision-render")]
+    assert leftovers == [] and not (tmp_path / "n1").exists() and not (tmp_path / "n2").exists()
+
+
+REPRESENTATIVE_GPUS = ("a100-pcie", "h100-sxm", "l4", "v100", "b200")
+
+
+def sweep(matrix):
+    """Every supported (os, gpu, variant, framework version) combination."""
+    for os_rel in matrix.os_releases:
+        for gpu in REPRESENTATIVE_GPUS:
+            base = resolve(matrix, PlanRequest(os_rel.id, gpu), suggest=False)
+            yield f"{os_rel.id}-{gpu}-base", base, "base"
+            yield f"{os_rel.id}-{gpu}-devel", base, "devel"
+            for fw in matrix.frameworks:
+                for rel in fw.releases:
+                    try:
+                        plan = resolve(matrix, PlanRequest(os_rel.id, gpu, framework=f"{fw.id}=={rel.version}"), suggest=False)
+                    except InputError:
+                        continue  # refused combinations are not supported ones
+                    yield f"{os_rel.id}-{gpu}-{fw.id}-{rel.version}", plan, fw.id
+
+
+def test_sweep_renders_and_lints_every_supported_combination(real_matrix, tmp_path):
+    files = []
+    for name, plan, variant in sweep(real_matrix):
+        try:
+            rendered = render_image(plan, variant)
+        except InputError as exc:
+            assert "Requires-Python" in exc.message, (name, exc.message)  # no interpreter on that OS: refused, said so
+            continue
+        path = tmp_path / f"{name}.Dockerfile"
+        path.write_text(rendered.dockerfile)
+        files.append(path)
+    assert len(files) > 500, len(files)
+    for i in range(0, len(files), 200):
+        proc = subprocess.run([str(HADOLINT), "--config", str(CONFIG), *map(str, files[i:i + 200])],
+                              capture_output=True, text=True, check=False)
+        assert proc.returncode == 0 and proc.stdout == "", proc.stdout[:3000]
+    print(f"rendered and linted {len(files)} Dockerfiles")
+
+
+def test_image_tags(real_matrix):
+    plan = plan_for(real_matrix, "ubuntu22.04", "h100-sxm", framework="tensorflow==2.15.0")
+    assert image_tags(plan, "tensorflow")[0] == "tensorflow2.15.0-cuda12.2.2-ubuntu22.04"
+    assert image_tags(plan, "base")[0] == "base-cuda12.2.2-ubuntu22.04"
