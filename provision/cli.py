@@ -24,6 +24,7 @@ COMMANDS = {
     "render": "provision.cli_images:render_cmd",
     "build": "provision.cli_images:build_cmd",
     "ci": "provision.cli_images:ci_group",
+    "gpus": "provision.cli_gpus:gpus_cmd",
 }
 
 
