@@ -24,6 +24,7 @@ COMMANDS = {
     "render": "provision.cli_images:render_cmd",
     "build": "provision.cli_images:build_cmd",
     "ci": "provision.cli_images:ci_group",
+    "verify": "provision.cli_verify:verify_cmd",
     "gpus": "provision.cli_gpus:gpus_cmd",
 }
 

@@ -31,7 +31,9 @@ def test_wheel_contains_the_resources(wheel):
                      "provision/_resources/images/base/Dockerfile.j2", "provision/_resources/playbooks/site.yml",
                      "provision/_resources/playbooks/roles/nvidia_driver/tasks/main.yml",
                      "provision/_resources/playbooks/collections/ansible_collections/provision/gpu/plugins/modules/host_state.py",
-                     "provision/cli.py"):
+                     "provision/cli.py", "provision/verify/checks/pytest.ini",
+                     "provision/verify/checks/check_driver.py", "provision/verify/schema/report.schema.json",
+                     "provision/verify/schema/junit.xsd"):
         assert required in names, required
     for top in ("compat/", "images/", "playbooks/"):
         count = sum(1 for n in names if n.startswith(f"provision/_resources/{top}"))

@@ -46,26 +46,7 @@ def prepare(request: ApplyRequest, *, matrix_loader: Callable[[], Any], playbook
     if request.max_fail_percentage is not None and not 0 <= request.max_fail_percentage <= 100:
         raise InputError("--max-fail-percentage must be between 0 and 100", hint="e.g. --max-fail-percentage 20")
     inventory = load_inventory(request.inventory)
-    plans: dict[str, Plan] = {}
-    if request.plan:
-        plans["all"] = read_plan(request.plan)
-        groups = None
-    else:
-        groups = []
-        matrix = None
-        for fg in load_fleet(request.fleet):
-            groups.append(fg.group)
-            if fg.lock:
-                plans[fg.group] = read_plan(fg.lock)
-            else:
-                if matrix is None:
-                    matrix = matrix_loader()
-                from provision.matrix.resolve import resolve
-
-                try:
-                    plans[fg.group] = resolve(matrix, PlanRequest(**fg.request))
-                except InputError as exc:
-                    raise InputError(f"fleet group {fg.group!r}: {exc.message}", hint=exc.hint) from None
+    plans, groups = load_plans(request.plan, request.fleet, matrix_loader)
     problems = check_inventory(inventory, groups)
     if problems:
         first = problems[0]
@@ -98,6 +79,40 @@ def prepare(request: ApplyRequest, *, matrix_loader: Callable[[], Any], playbook
     extravars["provision_roles_digest"] = roles_digest(playbooks)
     extravars.update(request.extra_vars)
     return Prepared(inventory, plans, extravars, run_dir)
+
+
+def load_plans(plan: str | None, fleet: str | None, matrix_loader: Callable[[], Any]) -> tuple[dict[str, Plan], list[str] | None]:
+    """The plans of a run: {"all": plan} for one lock file, or group -> plan from a fleet file
+    (groups in the file's order, which is the order a host in several groups is matched in)."""
+    if plan:
+        return {"all": read_plan(plan)}, None
+    plans: dict[str, Plan] = {}
+    groups: list[str] = []
+    matrix = None
+    for fg in load_fleet(fleet or ""):
+        groups.append(fg.group)
+        if fg.lock:
+            plans[fg.group] = read_plan(fg.lock)
+            continue
+        if matrix is None:
+            matrix = matrix_loader()
+        from provision.matrix.resolve import resolve
+
+        try:
+            plans[fg.group] = resolve(matrix, PlanRequest(**fg.request))
+        except InputError as exc:
+            raise InputError(f"fleet group {fg.group!r}: {exc.message}", hint=exc.hint) from None
+    return plans, groups
+
+
+def plan_of_host(inventory: Inventory, plans: dict[str, Plan], host: str) -> tuple[str, Plan] | None:
+    """The plan site.yml applies to a host: the first fleet group it belongs to (or the one plan)."""
+    if "all" in plans and len(plans) == 1:
+        return "all", plans["all"]
+    for group, plan in plans.items():
+        if host in inventory.groups.get(group, set()):
+            return group, plan
+    return None
 
 
 def roles_digest(playbooks: str) -> str:

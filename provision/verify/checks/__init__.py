@@ -1,0 +1,35 @@
+"""The checks `provision verify` runs: testinfra test functions, one per property of a host.
+
+Each is marked with @check(id, title). The id is stable (reports, --only, CI dashboards use it);
+a check fails with `fail(...)`, skips with `pytest.skip(...)` and records what it read with the
+`evidence` fixture, so a report says what was seen on the host whatever the outcome.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+IDS: list[str] = []
+
+
+def check(check_id: str, title: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def mark(function: Callable[..., Any]) -> Callable[..., Any]:
+        function.provision_check = check_id  # type: ignore[attr-defined]
+        function.provision_title = title  # type: ignore[attr-defined]
+        IDS.append(check_id)
+        return function
+
+    return mark
+
+
+def fail(message: str) -> None:
+    pytest.fail(message, pytrace=False)
+
+
+def kernel_check(facts) -> None:
+    """Kernel state belongs to the machine: a container shares its host's kernel."""
+    if facts.container:
+        pytest.skip(f"runs in a container ({facts.container}): the kernel and its modules are the container host's")

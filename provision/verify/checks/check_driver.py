@@ -1,0 +1,138 @@
+"""The driver as the GPUs see it: nvidia-smi, the GPUs, persistence, packages and their holds,
+the fabric manager, the MIG layout."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from provision.verify.checks import check, fail
+
+
+def _need_smi(facts):
+    res, gpus = facts.smi
+    if res.rc != 0:
+        pytest.skip(f"nvidia-smi fails (see the nvidia-smi check): {res.text.splitlines()[0] if res.text else res.rc}")
+    return gpus
+
+
+@check("nvidia-smi", "nvidia-smi runs and reports the planned driver")
+def check_nvidia_smi(facts, plan, evidence):
+    res, gpus = facts.smi
+    if res.rc != 0:
+        first = res.text.splitlines()[0] if res.text else f"exit {res.rc}"
+        evidence(f"nvidia-smi: exit {res.rc}: {first}")
+        fail(f"nvidia-smi fails: {first} (provision doctor names the cause)")
+    if not gpus:
+        fail("nvidia-smi lists no GPU")
+    drivers = sorted({g.driver for g in gpus})
+    evidence(f"nvidia-smi: driver {', '.join(drivers)} on {len(gpus)} GPU(s)")
+    if drivers != [plan.driver.version]:
+        fail(f"nvidia-smi reports driver {', '.join(drivers)}; the plan pins {plan.driver.version}")
+
+
+@check("gpus", "the GPU model and count are the plan's")
+def check_gpus(facts, plan, target, evidence):
+    gpus = _need_smi(facts)
+    wanted = {d.lower() for d in plan.gpu.pci_device_ids}
+    names = sorted({f"{g.name} ({g.device_id})" for g in gpus})
+    evidence(f"{len(gpus)} GPU(s): {', '.join(names)}")
+    foreign = [g for g in gpus if g.device_id.lower() not in wanted]
+    if foreign:
+        fail(f"GPU {foreign[0].index} is {foreign[0].name} ({foreign[0].device_id}); the plan is for "
+             f"{plan.gpu.name} (PCI device {', '.join(sorted(wanted))})")
+    if target.gpu_count is not None and len(gpus) != target.gpu_count:
+        fail(f"{len(gpus)} GPU(s) visible; {target.gpu_count} expected (a GPU fell off the bus or is not seated?)")
+
+
+@check("persistence", "persistence mode is on and nvidia-persistenced runs")
+def check_persistence(facts, target, evidence):
+    if not target.hostvars.get("nvidia_driver_persistenced", True):
+        pytest.skip("nvidia_driver_persistenced is false for this host")
+    active, enabled = facts.systemd("nvidia-persistenced")
+    evidence(f"nvidia-persistenced: {active}, {enabled}")
+    if active != "active":
+        fail(f"nvidia-persistenced is {active}: GPUs drop state between jobs (systemctl enable --now nvidia-persistenced)")
+    if enabled != "enabled":
+        fail(f"nvidia-persistenced is {enabled}: it will not start after a reboot")
+    gpus = _need_smi(facts)
+    off = [g.index for g in gpus if g.persistence != "Enabled"]
+    evidence(f"persistence mode: {', '.join(sorted({g.persistence for g in gpus}))}")
+    if off:
+        fail(f"persistence mode is off on GPU {', '.join(off)}")
+
+
+def _check_packages(facts, packages, hold: bool, evidence) -> None:
+    if not packages:
+        return
+    found = facts.installed([p.name for p in packages])
+    for p in packages:
+        got = found[p.name]
+        evidence(f"{p.name} {got.raw or 'absent'}{' (held)' if got.held else ''}")
+    for p in packages:
+        got = found[p.name]
+        if got.version is None:
+            fail(f"{p.name} is not installed; the plan pins {p.version}")
+        if got.version != p.version:
+            fail(f"{p.name} is {got.raw}; the plan pins {p.version}")
+    if hold:
+        loose = [p.name for p in packages if not found[p.name].held]
+        if loose:
+            what = "held (apt-mark hold)" if facts.target.plan.os.pkg_manager == "apt" else "versionlocked"
+            fail(f"{', '.join(loose)} not {what}: an upgrade can replace the planned version")
+
+
+@check("driver-packages", "the driver packages are at the planned version and held")
+def check_driver_packages(facts, plan, target, evidence):
+    packages = list(plan.driver.packages) + (list(plan.fabric_manager.packages) if plan.fabric_manager else [])
+    _check_packages(facts, packages, bool(target.hostvars.get("nvidia_driver_hold", True)), evidence)
+
+
+@check("fabric-manager", "the fabric manager runs exactly when planned, at the driver's version")
+def check_fabric_manager(facts, plan, evidence):
+    active, enabled = facts.systemd("nvidia-fabricmanager")
+    evidence(f"nvidia-fabricmanager: {active}, {enabled}")
+    if plan.fabric_manager is None:
+        if active == "active":
+            fail("nvidia-fabricmanager runs on a host without NVSwitch: the plan has no fabric manager")
+        return
+    if active != "active" or enabled != "enabled":
+        fail(f"nvidia-fabricmanager is {active}/{enabled}: NVSwitch GPUs stay unusable for CUDA without it")
+    res = facts.run("nv-fabricmanager --version")
+    match = re.search(r"(\d+\.\d+(?:\.\d+)?)", res.out)
+    evidence(f"nv-fabricmanager --version: {res.text.splitlines()[0] if res.text else res.rc}")
+    if not match or match.group(1) != plan.fabric_manager.version:
+        fail(f"fabric manager {match.group(1) if match else 'version unknown'}; it must equal the driver "
+             f"({plan.fabric_manager.version})")
+
+
+_LGI = re.compile(r"\|\s+(\d+)\s+MIG\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+):(\d+)\s+\|")
+
+
+@check("mig", "the MIG layout is the planned one")
+def check_mig(facts, target, evidence):
+    if not target.mig or not target.mig.get("provision_mig_enabled"):
+        pytest.skip("no MIG layout planned for this host")
+    gpus = _need_smi(facts)
+    modes = {g.index: (g.mig_current, g.mig_pending) for g in gpus}
+    evidence("MIG mode (current/pending): " + ", ".join(f"GPU {i}: {c}/{p}" for i, (c, p) in modes.items()))
+    pending = [i for i, (c, p) in modes.items() if c != p]
+    if pending:
+        fail(f"MIG mode change pending on GPU {', '.join(pending)}: reset the GPU or reboot")
+    off = [i for i, (c, _) in modes.items() if c != "Enabled"]
+    if off:
+        fail(f"MIG mode is off on GPU {', '.join(off)}")
+    res = facts.run("nvidia-smi mig -lgi")
+    if res.rc != 0:
+        fail(f"nvidia-smi mig -lgi fails: {res.text.splitlines()[0] if res.text else res.rc}")
+    found: dict[str, list[tuple[str, int]]] = {}
+    for m in _LGI.finditer(res.out):
+        found.setdefault(m.group(1), []).append((m.group(2), int(m.group(5))))
+    want = sorted((i["profile"], int(i["placement"])) for i in target.mig.get("provision_mig_layout", []))
+    for gpu in gpus:
+        have = sorted(found.get(gpu.index, []))
+        evidence(f"GPU {gpu.index} instances: " + (", ".join(f"{p}@{s}" for p, s in have) or "none"))
+        if have != want:
+            fail(f"GPU {gpu.index} has {', '.join(f'{p}@{s}' for p, s in have) or 'no GPU instances'}; "
+                 f"planned {', '.join(f'{p}@{s}' for p, s in want)}")

@@ -1,0 +1,97 @@
+"""The machine: reachable, the planned OS, Secure Boot against module signing, nouveau, the
+nvidia kernel module at the planned version and flavour."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from provision.verify.checks import check, fail, kernel_check
+
+# /etc/os-release ID for each of the plan's distributions (Ansible's names).
+OS_RELEASE_IDS = {"Ubuntu": "ubuntu", "Debian": "debian", "Rocky": "rocky", "RedHat": "rhel"}
+
+
+@check("reachable", "the host runs commands")
+def check_reachable(facts_raw, evidence):
+    if facts_raw.unreachable:
+        fail(f"cannot run commands on the host: {facts_raw.unreachable}")
+    evidence("`true` ran")
+
+
+@check("os", "the OS is the plan's")
+def check_os(facts, plan, evidence):
+    rel = facts.os_release
+    found_id, found_version = rel.get("ID", "?"), rel.get("VERSION_ID", "?")
+    evidence(f"/etc/os-release: ID={found_id} VERSION_ID={found_version}")
+    want_id = OS_RELEASE_IDS.get(plan.os.distribution, plan.os.distribution.lower())
+    # EL plans name the major release (9); Ubuntu and Debian the full one (22.04, 12).
+    got = found_version.split(".")[0] if plan.os.family == "RedHat" else found_version
+    if found_id != want_id or got != plan.os.version:
+        fail(f"host runs {found_id} {found_version}; the plan is for {plan.os.name} ({want_id} {plan.os.version})")
+
+
+@check("secure-boot", "Secure Boot state allows the nvidia module to load")
+def check_secure_boot(facts, target, evidence):
+    path = target.hostvars.get("preflight_secure_boot_efivar",
+                               "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c")
+    res = facts.run(f"od -An -t u1 {path}")
+    if res.rc != 0:
+        evidence(f"{path}: absent (legacy BIOS boot or no EFI variables)")
+        return
+    data = res.out.split()
+    enabled = len(data) >= 5 and data[4] == "1"  # 4 attribute bytes, then the value
+    evidence(f"{path}: Secure Boot {'enabled' if enabled else 'disabled'}")
+    if not enabled:
+        return
+    kernel_check(facts)
+    signer = facts.run("modinfo -F signer nvidia 2>/dev/null")
+    if signer.rc != 0:
+        fail("Secure Boot is enabled and no nvidia module is installed for the running kernel")
+    if not signer.out.strip():
+        fail("Secure Boot is enabled but the nvidia module is not signed: the kernel will refuse it "
+             "(set nvidia_driver_module_signing_key/cert and re-apply, or enrol a MOK)")
+    evidence(f"nvidia module signed by: {signer.out.strip()}")
+
+
+@check("nouveau-blacklisted", "nouveau is blacklisted")
+def check_nouveau_blacklisted(facts, target, evidence):
+    if not target.hostvars.get("nvidia_driver_blacklist_nouveau", True):
+        pytest.skip("nvidia_driver_blacklist_nouveau is false for this host")
+    res = facts.run("grep -lsE '^[[:space:]]*blacklist[[:space:]]+nouveau' /etc/modprobe.d/*.conf /usr/lib/modprobe.d/*.conf")
+    if res.rc != 0 or not res.out.strip():
+        fail("no modprobe.d file blacklists nouveau: it can bind the GPU before nvidia does")
+    evidence("blacklisted in " + ", ".join(res.out.split()))
+
+
+@check("nouveau-not-loaded", "nouveau is not loaded")
+def check_nouveau_not_loaded(facts, evidence):
+    kernel_check(facts)
+    res = facts.run("grep -E '^nouveau ' /proc/modules")
+    if res.out.strip():
+        fail("the nouveau module is loaded: reboot after blacklisting it (initramfs regenerated)")
+    evidence("/proc/modules: no nouveau")
+
+
+_NVRM = re.compile(r"NVRM version:.*?(Open Kernel Module|Kernel Module).*?\s(\d+\.\d+(?:\.\d+)?)\s")
+
+
+@check("kernel-module", "the nvidia kernel module is loaded at the planned version and flavour")
+def check_kernel_module(facts, plan, evidence):
+    kernel_check(facts)
+    text = facts.read("/proc/driver/nvidia/version")
+    if text is None:
+        fail("/proc/driver/nvidia/version is absent: the nvidia module is not loaded "
+             "(run provision doctor for the cause: Secure Boot, no module for this kernel, nouveau)")
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    evidence(f"/proc/driver/nvidia/version: {first}")
+    match = _NVRM.search(first + " ")
+    if not match:
+        fail(f"cannot read the module version from: {first!r}")
+    flavour = "open" if match.group(1).startswith("Open") else "proprietary"
+    if match.group(2) != plan.driver.version:
+        fail(f"kernel module {match.group(2)} is loaded; the plan pins {plan.driver.version} "
+             "(reboot, or reload the modules, after a driver change)")
+    if flavour != plan.driver.kernel_module:
+        fail(f"the {flavour} kernel module is loaded; the plan chose the {plan.driver.kernel_module} flavour")

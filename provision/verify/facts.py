@@ -1,0 +1,146 @@
+"""What the checks read from a host, read once per host and shared by every check."""
+
+from __future__ import annotations
+
+import functools
+import shlex
+from typing import Any, NamedTuple
+
+SMI_FIELDS = ("index", "name", "pci.device_id", "driver_version", "persistence_mode",
+              "mig.mode.current", "mig.mode.pending")
+
+
+class Gpu(NamedTuple):
+    index: str
+    name: str
+    device_id: str  # "0x20B5" (nvidia-smi prints 0x20B510DE: device then vendor)
+    driver: str
+    persistence: str
+    mig_current: str
+    mig_pending: str
+
+
+class Installed(NamedTuple):
+    name: str
+    version: str | None  # upstream version (epoch and package revision stripped); None: absent
+    raw: str | None  # the package manager's full version string
+    held: bool
+
+
+class Result(NamedTuple):
+    rc: int
+    out: str
+    err: str
+
+    @property
+    def text(self) -> str:
+        return (self.out + self.err).strip()
+
+
+def upstream_version(version: str) -> str:
+    """580.95.05 from 580.95.05-1, 3:580.95.05-1ubuntu1 or (rpm VERSION) 580.95.05."""
+    version = version.split(":", 1)[1] if ":" in version.split("-", 1)[0] else version
+    return version.rsplit("-", 1)[0] if "-" in version else version
+
+
+class HostFacts:
+    def __init__(self, host, target):
+        self.host = host
+        self.target = target
+        self.hostvars: dict[str, Any] = dict(target.hostvars or {})
+
+    def run(self, command: str) -> Result:
+        res = self.host.run(command)
+        return Result(res.rc, res.stdout, res.stderr)
+
+    @functools.cached_property
+    def unreachable(self) -> str | None:
+        """None when a command runs there; otherwise why not."""
+        try:
+            res = self.run("true")
+        except Exception as exc:  # noqa: BLE001 - every backend fails differently
+            return f"{type(exc).__name__}: {exc}".strip()
+        if res.rc != 0:
+            return (res.err.strip().splitlines() or [f"exit {res.rc}"])[-1]
+        return None
+
+    @functools.cached_property
+    def container(self) -> str | None:
+        """The container technology the host runs in (docker, podman, lxc…), or None."""
+        res = self.run("systemd-detect-virt --container 2>/dev/null")
+        kind = res.out.strip()
+        if res.rc == 0 and kind and kind != "none":
+            return kind
+        for marker, kind in (("/.dockerenv", "docker"), ("/run/.containerenv", "podman")):
+            if self.host.file(marker).exists:
+                return kind
+        return None
+
+    @functools.cached_property
+    def os_release(self) -> dict[str, str]:
+        res = self.run("cat /etc/os-release")
+        out: dict[str, str] = {}
+        for line in res.out.splitlines():
+            key, sep, value = line.partition("=")
+            if sep:
+                out[key.strip()] = value.strip().strip('"')
+        return out
+
+    @functools.cached_property
+    def smi(self) -> tuple[Result, list[Gpu]]:
+        res = self.run(f"nvidia-smi --query-gpu={','.join(SMI_FIELDS)} --format=csv,noheader")
+        gpus: list[Gpu] = []
+        if res.rc == 0:
+            for line in res.out.splitlines():
+                cells = [c.strip() for c in line.split(",")]
+                if len(cells) == len(SMI_FIELDS):
+                    dev = cells[2].lower()
+                    device_id = "0x" + dev[2:6] if dev.startswith("0x") and len(dev) == 10 else dev
+                    gpus.append(Gpu(cells[0], cells[1], device_id, cells[3], cells[4], cells[5], cells[6]))
+        return res, gpus
+
+    def installed(self, names: list[str]) -> dict[str, Installed]:
+        key = tuple(names)
+        cache = self.__dict__.setdefault("_installed", {})
+        if key not in cache:
+            cache[key] = self._query_packages(names)
+        return cache[key]
+
+    def _query_packages(self, names: list[str]) -> dict[str, Installed]:
+        quoted = " ".join(shlex.quote(n) for n in names)
+        versions: dict[str, str] = {}
+        held: set[str] = set()
+        if self.target.plan.os.pkg_manager == "apt":
+            res = self.run(f"dpkg-query -W -f='${{Package}}\\t${{Version}}\\t${{db:Status-Abbrev}}\\n' {quoted} 2>/dev/null")
+            for line in res.out.splitlines():
+                parts = line.split("\t")
+                if len(parts) == 3 and parts[2].strip().startswith(("ii", "hi")):
+                    versions[parts[0]] = parts[1]
+                    if parts[2].startswith("h"):
+                        held.add(parts[0])
+            held |= set(self.run("apt-mark showhold 2>/dev/null").out.split())
+        else:
+            res = self.run(f"rpm -q --qf '%{{NAME}}\\t%{{VERSION}}\\t%{{RELEASE}}\\n' {quoted} 2>/dev/null")
+            for line in res.out.splitlines():
+                parts = line.split("\t")
+                if len(parts) == 3 and "not installed" not in line:
+                    versions[parts[0]] = f"{parts[1]}-{parts[2]}"
+            locks = self.run("dnf -q versionlock list 2>/dev/null").out
+            for name in names:
+                # entries read NAME-[EPOCH:]VERSION-RELEASE.* (one per locked package)
+                if any(entry.strip().startswith(f"{name}-") and entry.strip()[len(name) + 1:len(name) + 2].isdigit()
+                       for entry in locks.splitlines()):
+                    held.add(name)
+        return {n: Installed(n, upstream_version(versions[n]) if n in versions else None, versions.get(n), n in held)
+                for n in names}
+
+    def systemd(self, unit: str) -> tuple[str, str]:
+        """(is-active, is-enabled) as systemctl prints them."""
+        res = self.run(f"systemctl is-active {shlex.quote(unit)}; systemctl is-enabled {shlex.quote(unit)} 2>/dev/null")
+        lines = res.out.split()
+        return (lines[0] if lines else "unknown", lines[1] if len(lines) > 1 else "not-found")
+
+    def read(self, path: str) -> str | None:
+        """A file's content (through sudo when testinfra runs with it), None when absent."""
+        res = self.run(f"cat {shlex.quote(path)}")
+        return res.out if res.rc == 0 else None

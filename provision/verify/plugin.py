@@ -1,0 +1,157 @@
+"""The pytest plugin `run_verify` loads: fixtures the checks use (`target`, `plan`, `facts`,
+`evidence`) and a collector that turns pytest's reports into a VerifyReport."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from provision.verify.facts import HostFacts
+from provision.verify.report import CheckResult, VerifyReport
+
+
+MODULE_ORDER = ("check_system", "check_driver", "check_containers")
+
+
+class VerifyPlugin:
+    def __init__(self, targets: list, only: list[str] | None = None):
+        self.targets = list(targets)
+        self.only = set(only or [])
+        self.results: list[CheckResult] = []
+        self.errors: list[str] = []
+        self._facts: dict[str, HostFacts] = {}
+        self._by_id: dict[str, Any] = {}
+
+    # -- which target an item runs on ------------------------------------------------------
+    def _target_for(self, host) -> Any:
+        pid = host.backend.get_pytest_id()
+        if pid not in self._by_id:
+            for target in self.targets:
+                if _spec_matches(target.spec, pid):
+                    self._by_id[pid] = target
+                    break
+            else:
+                raise LookupError(f"no target for testinfra host {pid}")
+        return self._by_id[pid]
+
+    @pytest.fixture
+    def target(self, host):
+        return self._target_for(host)
+
+    @pytest.fixture
+    def plan(self, target):
+        return target.plan
+
+    @pytest.fixture
+    def facts_raw(self, host, target) -> HostFacts:
+        if target.name not in self._facts:
+            self._facts[target.name] = HostFacts(host, target)
+        return self._facts[target.name]
+
+    @pytest.fixture
+    def facts(self, facts_raw) -> HostFacts:
+        if facts_raw.unreachable:
+            pytest.skip(f"host unreachable ({facts_raw.unreachable})")
+        return facts_raw
+
+    @pytest.fixture
+    def evidence(self, request):
+        """evidence("text"): what the check read, kept for the report whatever the outcome."""
+        def add(text: str) -> None:
+            request.node.user_properties.append(("evidence", str(text)))
+        return add
+
+    # -- selection and results ---------------------------------------------------------------
+    def pytest_collection_modifyitems(self, config, items):
+        if self.only:
+            keep = [i for i in items if _check_id(i) in self.only]
+            config.hook.pytest_deselected(items=[i for i in items if i not in keep])
+            items[:] = keep
+        # host by host (one SSH connection at a time), the machine first, containers last
+        order = {name: n for n, name in enumerate(MODULE_ORDER)}
+        position = {id(item): n for n, item in enumerate(items)}
+
+        def key(item):
+            host = getattr(getattr(item, "callspec", None), "id", "")
+            module = item.module.__name__.rsplit(".", 1)[-1] if getattr(item, "module", None) else ""
+            return host, order.get(module, len(order)), position[id(item)]
+
+        items.sort(key=key)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        outcome = yield
+        report = outcome.get_result()
+        report.provision_check = _check_id(item)
+        report.provision_title = getattr(getattr(item, "function", None), "provision_title", item.name)
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        host = params.get("_testinfra_host")
+        report.provision_target = None
+        if host is not None:
+            try:
+                report.provision_target = self._target_for(host).name
+            except LookupError:
+                report.provision_target = host.backend.get_pytest_id()
+
+    def pytest_runtest_logreport(self, report):
+        check = getattr(report, "provision_check", None)
+        if check is None:
+            return
+        evidence = [v for k, v in report.user_properties if k == "evidence"]
+        if report.when == "call" or (report.when == "setup" and not report.passed):
+            if report.passed:
+                status, detail = "pass", ""
+            elif report.skipped:
+                status, detail = "skip", _skip_reason(report)
+            else:
+                status, detail = "fail", _failure_text(report)
+                if report.when == "setup":
+                    detail = "could not run: " + detail
+            self.results.append(CheckResult(report.provision_target or "?", check, report.provision_title,
+                                            status, detail, tuple(evidence), round(report.duration, 3)))
+        elif report.when == "teardown" and report.failed:
+            self.errors.append(f"{report.provision_target}: {check}: teardown failed: {_failure_text(report)}")
+
+    def pytest_collectreport(self, report):
+        if report.failed:
+            self.errors.append(f"collecting checks failed: {_failure_text(report)}")
+
+    def report(self, pytest_rc: int) -> VerifyReport:
+        names = [t.name for t in self.targets]
+        return VerifyReport(names, self.results, self.errors, pytest_rc)
+
+
+def _spec_matches(spec: str, pytest_id: str) -> bool:
+    """testinfra names a host <connection>://<hostname>; the spec may carry user, port, query."""
+    if spec.startswith("local://") or spec == "local":
+        return pytest_id == "local"
+    scheme, _, rest = spec.partition("://")
+    host = rest.split("?", 1)[0]
+    host_only = host.rsplit("@", 1)[-1]
+    bare = host_only.rsplit(":", 1)[0] if host_only.count(":") == 1 else host_only
+    return pytest_id in {f"{scheme}://{host}", f"{scheme}://{host_only}", f"{scheme}://{bare}"} or \
+        (scheme == "ansible" and pytest_id.endswith("://" + host))
+
+
+def _check_id(item) -> str:
+    check = getattr(getattr(item, "function", None), "provision_check", None)
+    return check or getattr(item, "originalname", item.name)
+
+
+def _skip_reason(report) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)
+
+
+def _failure_text(report) -> str:
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if crash is not None:
+        text = crash.message
+    else:
+        text = str(report.longrepr)
+    text = text.removeprefix("Failed: ")
+    lines = [line for line in text.splitlines() if line.strip()]
+    return " / ".join(lines[:4]) if lines else "failed"

@@ -1,0 +1,115 @@
+"""provision verify over the test fleet: every check passes on converged hosts, and drift
+(a package downgraded, the runtime removed from daemon.json, persistenced stopped) fails the
+check that owns it, by name. JSON and JUnit reports are validated against their schemas."""
+
+import json
+import subprocess
+import sys
+
+import jsonschema
+import pytest
+import xmlschema
+
+from harness.fleet import run_apply
+from provision.verify.report import SCHEMA_DIR
+
+pytestmark = [pytest.mark.fleet]
+HOSTS = ("gpu-a", "gpu-b", "gpu-c")
+
+
+def verify(*args, junit=None):
+    cmd = [sys.executable, "-m", "provision", "verify", *args, "--format", "json"]
+    if junit:
+        cmd += ["--junit", str(junit)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    try:
+        doc = json.loads(proc.stdout)
+    except ValueError:
+        raise AssertionError(f"verify printed no JSON (exit {proc.returncode}): {proc.stdout[-2000:]} {proc.stderr[-2000:]}") from None
+    with open(f"{SCHEMA_DIR}/report.schema.json") as handle:
+        jsonschema.validate(doc, json.load(handle))
+    if junit:
+        xmlschema.XMLSchema(f"{SCHEMA_DIR}/junit.xsd").validate(str(junit))
+    return proc.returncode, doc, proc.stderr
+
+
+def statuses(doc):
+    return {h["host"]: {c["id"]: c["status"] for c in h["checks"]} for h in doc["hosts"]}
+
+
+@pytest.fixture(scope="module")
+def converged(fleet_env, tmp_path_factory):
+    rc, out, _ = run_apply("-i", str(fleet_env.inventory()), "--fleet", str(fleet_env.fleet_file()),
+                           run_dir=tmp_path_factory.mktemp("verify-apply"))
+    assert rc == 0, out
+    return fleet_env
+
+
+def test_verify_passes_on_a_converged_fleet(converged, tmp_path):
+    rc, doc, err = verify("-i", str(converged.inventory()), "--fleet", str(converged.fleet_file()),
+                          "--gpu-count", "2", junit=tmp_path / "verify.xml")
+    assert rc == 0, json.dumps(doc, indent=1)[-3000:] + err
+    got = statuses(doc)
+    assert set(got) == set(HOSTS)
+    for host, checks in got.items():
+        assert all(s in ("pass", "skip") for s in checks.values()), (host, checks)
+        for check in ("reachable", "os", "nvidia-smi", "gpus", "persistence", "driver-packages", "fabric-manager",
+                      "container-toolkit", "docker-runtime", "nouveau-blacklisted", "secure-boot"):
+            assert checks[check] == "pass", (host, check, checks)
+    by_host = {h["host"]: {c["id"]: c for c in h["checks"]} for h in doc["hosts"]}
+    # what the checks read is in the report: the planned driver, the fabric manager on the SXM host
+    a100, h100 = converged.plans["a100"], converged.plans["h100"]
+    assert any(a100.driver.version in e for e in by_host["gpu-a"]["nvidia-smi"]["evidence"])
+    assert any("nvidia-fabricmanager: active" in e for e in by_host["gpu-b"]["fabric-manager"]["evidence"])
+    assert any(h100.driver.version in e for e in by_host["gpu-b"]["fabric-manager"]["evidence"])
+    # the kernel is the CI machine's: those checks say why they did not run
+    assert "container" in by_host["gpu-a"]["kernel-module"]["detail"]
+    junit = (tmp_path / "verify.xml").read_text()
+    assert junit.count("<testcase ") == sum(len(h["checks"]) for h in doc["hosts"])
+
+
+def test_verify_names_each_kind_of_drift(converged, tmp_path):
+    fleet = converged.fleet
+    old = "1.19.1"
+    toolkit = [p.name for p in converged.plans["a100"].container_toolkit.packages]
+    # gpu-a: the toolkit downgraded behind provision's back (holds overridden)
+    fleet.exec("gpu-a", "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --allow-downgrades "
+                        "--allow-change-held-packages " + " ".join(f"{p}={old}-1" for p in toolkit) + " >/dev/null 2>&1")
+    assert converged.dpkg_version("gpu-a", "nvidia-container-toolkit") == f"{old}-1"
+    # gpu-b: the nvidia runtime removed from daemon.json
+    fleet.exec("gpu-b", "python3 -c \"import json; p='/etc/docker/daemon.json'; d=json.load(open(p)); "
+                        "d.pop('runtimes', None); json.dump(d, open(p, 'w'))\"")
+    # gpu-c: nvidia-persistenced stopped
+    fleet.exec("gpu-c", "systemctl stop nvidia-persistenced")
+
+    rc, doc, err = verify("-i", str(converged.inventory()), "--fleet", str(converged.fleet_file()),
+                          junit=tmp_path / "drift.xml")
+    assert rc == 1, err
+    got = statuses(doc)
+    failed = {h: sorted(c for c, s in checks.items() if s == "fail") for h, checks in got.items()}
+    assert failed == {"gpu-a": ["container-toolkit"], "gpu-b": ["docker-runtime"], "gpu-c": ["persistence"]}, failed
+    details = {h["host"]: {c["id"]: c["detail"] for c in h["checks"]} for h in doc["hosts"]}
+    assert f"plan pins {converged.plans['a100'].container_toolkit.version}" in details["gpu-a"]["container-toolkit"]
+    assert "no nvidia runtime" in details["gpu-b"]["docker-runtime"]
+    assert "nvidia-persistenced is inactive" in details["gpu-c"]["persistence"]
+    assert 'name="container-toolkit"' in (tmp_path / "drift.xml").read_text()
+
+    # the table names them too, and the next apply repairs all three
+    proc = subprocess.run([sys.executable, "-m", "provision", "verify", "-i", str(converged.inventory()),
+                           "--fleet", str(converged.fleet_file()), "--limit", "gpu-b"],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 1 and "docker-runtime" in proc.stdout and "FAIL" in proc.stdout
+    rc, out, _ = run_apply("-i", str(converged.inventory()), "--fleet", str(converged.fleet_file()),
+                           run_dir=tmp_path / "repair")
+    assert rc == 0, out
+    rc, doc, err = verify("-i", str(converged.inventory()), "--fleet", str(converged.fleet_file()))
+    assert rc == 0, json.dumps(statuses(doc))
+
+
+def test_verify_reports_an_unreachable_host(fleet_env, tmp_path):
+    inventory = fleet_env.inventory("unreachable.yml", hosts=("gpu-x",))
+    rc, doc, _ = verify("-i", str(inventory), "--fleet", str(fleet_env.fleet_file()))
+    assert rc == 1
+    checks = statuses(doc)["gpu-x"]
+    assert checks["reachable"] == "fail"
+    assert {s for c, s in checks.items() if c != "reachable"} == {"skip"}
