@@ -26,6 +26,7 @@ COMMANDS = {
     "ci": "provision.cli_images:ci_group",
     "verify": "provision.cli_verify:verify_cmd",
     "gpus": "provision.cli_gpus:gpus_cmd",
+    "mig": "provision.cli_mig:mig_group",
 }
 
 

@@ -33,12 +33,14 @@ def load(ctx: click.Context, compat_dir: str | None):
 @click.option("--framework", metavar="NAME[==VERSION]", help="Plan a framework build: pytorch==2.5.1, tensorflow==2.15.0.")
 @click.option("--policy", type=click.Choice(["lts", "latest"]), default="lts", show_default=True,
               help="lts: long-term support and production branches; latest: the newest branch.")
+@click.option("--mig", metavar="LAYOUT", help="Partition the GPUs: a MIG layout such as 3g.40gb,2g.20gb,2x1g.10gb "
+              "(checked as provision mig plan does; the mig role applies it).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "yaml", "ansible"]), default="table", show_default=True,
               help="ansible: the provision_* variables, for ansible-playbook site.yml -e @vars.yml.")
 @click.option("--lock", type=click.Path(dir_okay=False, writable=True), help="Also write the plan (JSON) to this lock file.")
 @compat_option
 @click.pass_context
-def plan_cmd(ctx, os_id, gpu, driver, cuda, cudnn, framework, policy, fmt, lock, compat_dir):
+def plan_cmd(ctx, os_id, gpu, driver, cuda, cudnn, framework, policy, mig, fmt, lock, compat_dir):
     """Resolve driver, kernel modules, CUDA, cuDNN, framework and image for an OS and a GPU.
 
     Every choice comes with its reason; an impossible combination is refused with the
@@ -47,7 +49,8 @@ def plan_cmd(ctx, os_id, gpu, driver, cuda, cudnn, framework, policy, fmt, lock,
     from provision.commands.plan import plan, plan_rows
 
     matrix = load(ctx, compat_dir)
-    request = PlanRequest(os=os_id, gpu=gpu, driver=driver, cuda=cuda, cudnn=cudnn, framework=framework, policy=policy)
+    request = PlanRequest(os=os_id, gpu=gpu, driver=driver, cuda=cuda, cudnn=cudnn, framework=framework, policy=policy,
+                          mig=mig)
     result = plan(request, matrix=matrix, lock=lock)
     p = result.plan
     if fmt == "json":

@@ -70,6 +70,7 @@ def verify_cmd(ctx, inventory, fleet_file, limit, local, hosts, plan_file, os_id
         plan = load_plan(ctx, plan_file, os_id, gpu, driver, cuda, cudnn, framework, policy)
         from provision.verify import Target
 
+        mig = mig or _plan_mig(plan)
         if local:
             targets = [Target("local", "local://", plan, gpu_count, mig)]
         else:
@@ -100,6 +101,13 @@ def _checks() -> list[tuple[str, str]]:
             out += [(f.provision_check, f.provision_title) for f in vars(module).values()
                     if callable(f) and getattr(f, "__module__", None) == module.__name__ and hasattr(f, "provision_check")]
     return out
+
+
+def _plan_mig(plan) -> dict | None:
+    """The layout a plan made with --mig (or a fleet group's mig:) asks for."""
+    from provision.ansible_vars import to_extravars
+
+    return to_extravars(plan) if plan.mig else None
 
 
 def _host_spec(url: str) -> str:
@@ -163,7 +171,7 @@ def _inventory_targets(ctx, inventory, plan_file, fleet_file, limit, plan_flags,
                              hint=f"add one of its groups to the fleet file, or --limit the hosts ({', '.join(sorted(plans))})")
         hv = inv.hosts[name]
         count = hv.get("provision_gpu_count", gpu_count)
-        host_mig = {k: v for k, v in hv.items() if k.startswith("provision_mig_")} or mig
+        host_mig = {k: v for k, v in hv.items() if k.startswith("provision_mig_")} or mig or _plan_mig(found[1])
         targets.append(Target(name, f"ansible://{name}", found[1], int(count) if count else None, host_mig, hv))
     if not targets:
         raise InputError("no hosts to verify", hint="check --limit")

@@ -89,7 +89,7 @@ def load_fleet(path: str) -> list[FleetGroup]:
                          hint="see the README's fleet file example") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("groups"), dict) or not doc["groups"]:
         raise InputError(f"fleet file {path!r} has no groups", hint="write groups: {GROUP: {os: OS, gpu: GPU}} (see README)")
-    allowed = {"os", "gpu", "driver", "cuda", "cudnn", "framework", "policy"}
+    allowed = {"os", "gpu", "driver", "cuda", "cudnn", "framework", "policy", "mig"}
     out = []
     base = os.path.dirname(os.path.abspath(path))
     for group, spec in doc["groups"].items():

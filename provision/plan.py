@@ -25,6 +25,7 @@ class PlanRequest(NamedTuple):
     cudnn: str | None = None  # "9", "9.1" or "9.1.0.70"
     framework: str | None = None  # "pytorch==2.5.1"
     policy: str = "lts"  # lts | latest
+    mig: str | None = None  # MIG layout "3g.40gb,2g.20gb,2x1g.10gb" (provision mig plan checks it)
 
 
 class Reason(NamedTuple):
@@ -110,6 +111,23 @@ class PlanToolkit(NamedTuple):
     packages: tuple[Package, ...]
 
 
+class PlanMigInstance(NamedTuple):
+    profile: str  # 3g.40gb
+    profile_id: int | None  # nvidia-smi mig -lgip id
+    placement: int  # start memory slot (nvidia-smi mig -lgipp)
+    memory_slices: int
+    compute_slices: int
+
+
+class PlanMig(NamedTuple):
+    config_name: str  # the mig-parted config name
+    profile_set: str  # compat/mig.yaml id
+    placements_confirmed: bool
+    instances: tuple[PlanMigInstance, ...]  # creation order: larger first
+    devices: dict[str, int]  # profile -> count (mig-parted's mig-devices)
+    cgi: str  # nvidia-smi mig -cgi argument: <profile id>:<start>,...
+
+
 class PlanData(NamedTuple):
     as_of: str
     digest: str  # sha256 over the compat/ files the plan was resolved from
@@ -130,6 +148,7 @@ class Plan(NamedTuple):
     driver_floor: str  # oldest driver the plan's images need (NVIDIA_REQUIRE_CUDA)
     reasons: tuple[Reason, ...]
     data: PlanData
+    mig: PlanMig | None = None
     schema: int = SCHEMA_VERSION
 
     # -- serialisation -------------------------------------------------------------------
@@ -168,6 +187,11 @@ class Plan(NamedTuple):
         body = _dump(self)
         for key in ("reasons", "data"):
             body.pop(key)
+        # added after schema 1 shipped: absent from the digest unless used, so earlier locks still verify
+        if body.get("mig") is None:
+            body.pop("mig", None)
+        if body["request"].get("mig") is None:
+            body["request"].pop("mig", None)
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
         return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 

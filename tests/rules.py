@@ -21,6 +21,27 @@ def violations(matrix: Matrix, plan: Plan) -> list[str]:  # noqa: C901, PLR0912,
     arch = matrix.architecture(gpu.architecture)
     cc = gpu.compute_capability
 
+    # MIG: every planned instance at an allowed start of its profile, none overlapping
+    if plan.mig is not None:
+        sets = {g.mig for g in gpus}
+        if len(sets) != 1 or None in sets:
+            out.append(f"MIG layout planned for {req.gpu}, whose GPUs do not share one MIG profile set")
+        else:
+            set_id = sets.pop()
+            pset = next(s for s in matrix.mig if s.id == set_id)
+            taken: set[int] = set()
+            for inst in plan.mig.instances:
+                prof = next((p for p in pset.profiles if p.name == inst.profile), None)
+                if prof is None or inst.placement not in prof.placements:
+                    out.append(f"MIG {inst.profile}@{inst.placement} is not an allowed placement")
+                    continue
+                slots = set(range(inst.placement, inst.placement + prof.memory_slices))
+                if slots & taken:
+                    out.append(f"MIG {inst.profile}@{inst.placement} overlaps another instance")
+                taken |= slots
+            if sum(i.compute_slices for i in plan.mig.instances) > pset.compute_slices:
+                out.append("MIG layout uses more compute slices than the GPU has")
+
     # driver: branch, release on this OS, architecture window, module, GPU minimum
     branch = matrix.branch(int(plan.driver.branch))
     if branch is None:

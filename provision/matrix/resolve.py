@@ -103,9 +103,12 @@ class DriverChoice(NamedTuple):
 # -- entry point ---------------------------------------------------------------------------
 def resolve(matrix: m.Matrix, request: PlanRequest, *, suggest: bool = True) -> Plan:
     """Resolve a request; NoCompatibleStack says what was tried and which pins would work."""
+    mig = _mig(matrix, request) if request.mig else None
     ctx = context(matrix, request)
     plan = _search(ctx)
     if plan is not None:
+        if mig is not None:
+            plan = plan._replace(mig=mig[0], reasons=plan.reasons + (mig[1],))
         return plan
     eliminations = list(ctx.eliminated)
     if ctx.skipped:
@@ -119,6 +122,27 @@ def resolve(matrix: m.Matrix, request: PlanRequest, *, suggest: bool = True) -> 
     )
     error.kinds = frozenset(ctx.kinds)
     raise error
+
+
+def _mig(matrix: m.Matrix, request: PlanRequest):
+    """The MIG layout of the request, placed by provision.mig (refusals explain themselves)."""
+    from provision import mig as migplan
+    from provision.plan import PlanMig, PlanMigInstance
+
+    gpu_id, profile_set, members = migplan.gpu_profile_set(matrix, request.gpu)
+    placed = migplan.plan_layout(profile_set, request.mig, gpu=gpu_id,
+                                 pci_device_ids=tuple(p for g in members for p in g.pci_device_ids))
+    av = migplan.ansible_vars(placed)
+    instances = tuple(PlanMigInstance(i["profile"], i["profile_id"], i["placement"], i["memory_slices"],
+                                      i["compute_slices"]) for i in av["provision_mig_layout"])
+    text = (f"MIG layout {', '.join(i.label for i in placed.instances)} (profile@start slot) on the "
+            f"{profile_set.id} profile set: every instance at a start `nvidia-smi mig -lgipp` allows, none overlapping, "
+            f"{placed.compute_used}/{profile_set.compute_slices} compute slices")
+    if not profile_set.placements_confirmed:
+        text += f"; placements of the same die family ({profile_set.note})"
+    mig = PlanMig(placed.name, profile_set.id, profile_set.placements_confirmed, instances,
+                  dict(av["provision_mig_devices"]), av["provision_mig_cgi"])
+    return mig, Reason("mig", text, profile_set.sources[0] if profile_set.sources else None)
 
 
 def context(matrix: m.Matrix, request: PlanRequest) -> Context:

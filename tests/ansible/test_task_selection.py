@@ -108,3 +108,23 @@ def test_supported_os_condition(real_matrix):
     walk = Walk("preflight", "ubuntu22.04", plan_vars(real_matrix, "ubuntu22.04"))
     walk.vars["ansible_facts"] = {**walk.vars["ansible_facts"], "distribution_version": "20.04", "distribution_major_version": "20"}
     assert not walk.condition(that)
+
+
+def test_mig_role_runs_only_with_a_planned_layout(real_matrix, os_id):
+    import yaml
+    from walker import ROLES
+
+    site = yaml.safe_load((ROLES.parent / "site.yml").read_text())[0]
+    entry = next(r for r in site["roles"] if isinstance(r, dict) and r.get("role") == "mig")
+    without = plan_vars(real_matrix, os_id)
+    with_mig = plan_vars(real_matrix, os_id, mig="3g.40gb,2g.20gb,2x1g.10gb")
+    assert Walk("mig", os_id, without).condition(entry["when"]) is False
+    assert Walk("mig", os_id, with_mig).condition(entry["when"]) is True
+    walk = Walk("mig", os_id, with_mig, {"ansible_check_mode": False, "provision_allow_disruption": True}).run()
+    argv = walk.args("Bring the GPUs to the planned layout")["argv"]
+    assert argv == ["/usr/local/sbin/provision-mig", "apply", "--config", "/etc/provision/mig.json", "--allow-reset"]
+    written = walk.args("Write the planned layout")["content"]
+    assert '"placement": 4' in written and '"profile": "3g.40gb"' in written
+    quiet = Walk("mig", os_id, with_mig, {"ansible_check_mode": True}).run()
+    assert quiet.args("Bring the GPUs to the planned layout")["argv"][-1] == "--check"
+    assert "Enable the boot unit." not in quiet.names()

@@ -104,12 +104,23 @@ def driver_packages(names: list[str], version: str) -> list[Package]:
         "ExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced --no-persistence-mode --verbose\n"
         "ExecStopPost=/bin/rm -rf /run/nvidia-persistenced\n\n[Install]\nWantedBy=multi-user.target\n"
     )
+    # What a boot does to the GPUs' MIG state (the kernel module reading the InfoROM): pending
+    # Ampere mode changes take effect; instances are gone with /run. Before any GPU client.
+    boot_unit = (
+        "[Unit]\nDescription=fakegpu: the GPUs come up after a reboot\nDefaultDependencies=no\n"
+        "After=local-fs.target\nBefore=nvidia-persistenced.service provision-mig.service\n\n"
+        "[Service]\nType=oneshot\nRemainAfterExit=yes\nExecStart=/usr/bin/nvidia-smi mig --boot\n\n"
+        "[Install]\nWantedBy=multi-user.target\n"
+    )
     postinst = (
         'if [ -e /etc/fakegpu/fail-install ]; then echo "fakegpu: simulated driver install failure" >&2; exit 1; fi\n'
-        "if [ -d /run/systemd/system ]; then systemctl daemon-reload || true; fi"
+        "if [ -d /run/systemd/system ]; then systemctl daemon-reload || true; fi\n"
+        "systemctl enable fakegpu-boot.service >/dev/null 2>&1 || true"
     )
     packages = [Package(core, f"{version}-1", files={
         "/usr/bin/nvidia-smi": (PAYLOAD / "nvidia-smi", 0o755),
+        "/usr/lib/fakegpu/fakegpu_mig.py": (PAYLOAD / "fakegpu_mig.py", 0o644),
+        "/lib/systemd/system/fakegpu-boot.service": (boot_unit, 0o644),
         "/usr/bin/nvidia-persistenced": (PAYLOAD / "nvidia-persistenced", 0o755),
         "/lib/systemd/system/nvidia-persistenced.service": (persistenced_unit, 0o644),
         "/usr/lib/fakegpu/driver-version": (version + "\n", 0o644),

@@ -82,6 +82,13 @@ class Fleet:
         for c in self.client.containers.list(all=True, filters={"label": f"provision-test={self.prefix}"}):
             c.remove(force=True)
 
+    def reboot(self, host: Host | str) -> None:
+        """Restart the host's container: systemd boots again, /run starts empty."""
+        host = self.host(host) if isinstance(host, str) else host
+        host.container.restart(timeout=20)
+        self._wait_ssh(host)
+        self.exec(host, "timeout 120 systemctl is-system-running --wait >/dev/null 2>&1 || true", check=False)
+
     # -- helpers for tests ----------------------------------------------------------------
     def host(self, name: str) -> Host:
         return next(h for h in self.hosts if h.name == name)

@@ -22,11 +22,22 @@ FLEET = {"a100": ("debian12", "a100-pcie"), "h100": ("debian12", "h100-sxm")}
 # What each fake host reports, in nvidia-smi's words, for the GPU it stands in for.
 GPUS = {
     "a100": {"model": "NVIDIA A100 80GB PCIe", "count": 2, "device_id": "20B5", "memory_mib": 81920,
-             "power_limit_w": 300, "compute_capability": "8.0", "mig_capable": True},
+             "power_limit_w": 300, "compute_capability": "8.0", "mig_capable": True, "mig_set": "a100-80gb"},
     "h100": {"model": "NVIDIA H100 80GB HBM3", "count": 2, "device_id": "2330", "memory_mib": 81559,
-             "power_limit_w": 700, "compute_capability": "9.0", "mig_capable": True},
+             "power_limit_w": 700, "compute_capability": "9.0", "mig_capable": True, "mig_set": "h100-sxm5-80gb"},
 }
 OLDER_TOOLKIT = "1.19.1"
+# nvidia-smi's default compute-instance profile id for a GPU instance of N compute slices (NVML)
+DEFAULT_CI_PROFILE = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4}
+
+
+def mig_profiles(matrix, set_id: str) -> dict:
+    """The fake GPU's `nvidia-smi mig -lgipp` table: the catalogue's profiles for that GPU."""
+    profile_set = next(s for s in matrix.mig if s.id == set_id)
+    return {str(p.id): {"name": p.name, "size": p.memory_slices, "placements": list(p.placements),
+                        "compute": p.compute_slices, "max": p.max_instances, "memory_gib": p.memory_gib,
+                        "ci_profile": DEFAULT_CI_PROFILE[p.compute_slices]}
+            for p in profile_set.profiles if p.id is not None}
 
 
 class FleetEnv:
@@ -55,9 +66,11 @@ class FleetEnv:
         chosen = [self.fleet.host(h) for h in hosts]
         return self.fleet.inventory(self.workdir / name, self.group_vars(**overrides), hosts=chosen)
 
-    def fleet_file(self) -> Path:
-        path = self.workdir / "fleet.yaml"
-        path.write_text(yaml.safe_dump({"groups": {g: {"os": os_id, "gpu": gpu} for g, (os_id, gpu) in FLEET.items()}}))
+    def fleet_file(self, name: str = "fleet.yaml", **extra: dict) -> Path:
+        """The fleet file; extra: group -> more plan request keys (gpu, mig)."""
+        path = self.workdir / name
+        groups = {g: {"os": os_id, "gpu": gpu, **extra.get(g, {})} for g, (os_id, gpu) in FLEET.items()}
+        path.write_text(yaml.safe_dump({"groups": groups}))
         return path
 
     def dpkg_version(self, host: str, package: str) -> str:
@@ -106,7 +119,9 @@ def fleet_env(tmp_path_factory):
         for name, group, extra in (("gpu-a", "a100", {}), ("gpu-b", "h100", {}), ("gpu-c", "a100", {}),
                                    ("gpu-d", "a100", {"fail_install": True}), ("gpu-e", "h100", {}),
                                    ("gpu-x", "a100", {"unreachable": True})):
-            gpu = dict(GPUS[group], cuda_version=".".join(str(cuda_version).split(".")[:2]))
+            gpu = {k: v for k, v in GPUS[group].items() if k != "mig_set"}
+            gpu.update(cuda_version=".".join(str(cuda_version).split(".")[:2]),
+                       mig_profiles=mig_profiles(matrix, GPUS[group]["mig_set"]))
             hosts.append(Host(name, group, gpu, **extra))
         fleet = Fleet(client, kit, workdir, hosts)
         fleet.start()

@@ -93,3 +93,55 @@ def test_missing_key(tmp_path, plan):
 def test_unreadable(tmp_path):
     with pytest.raises(InputError, match="cannot read plan"):
         read_plan(tmp_path / "absent.json")
+
+
+# -- MIG layouts in the plan --------------------------------------------------------------------
+def test_mig_layout_in_the_plan(real_matrix, tmp_path, cli):
+    from provision.ansible_vars import to_extravars
+
+    plan = resolve(real_matrix, PlanRequest("ubuntu22.04", "h100-sxm", mig="3g.40gb,2g.20gb,2x1g.10gb"))
+    assert [(i.profile, i.placement) for i in plan.mig.instances] == \
+        [("3g.40gb", 4), ("2g.20gb", 2), ("1g.10gb", 1), ("1g.10gb", 0)]
+    assert plan.mig.cgi == "9:4,14:2,19:1,19:0" and plan.mig.profile_set == "h100-sxm5-80gb"
+    assert any(r.component == "mig" and "3g.40gb@4" in r.text for r in plan.reasons)
+    # lock round trip keeps it, and it is part of what the digest pins
+    path = tmp_path / "mig.lock.json"
+    write_plan(plan, path)
+    assert read_plan(path) == plan
+    plain = resolve(real_matrix, PlanRequest("ubuntu22.04", "h100-sxm"))
+    assert plain.mig is None and plain.digest() != plan.digest()
+    assert plain.to_dict()["request"]["mig"] is None and plain.to_dict()["mig"] is None
+    extravars = to_extravars(plan)
+    assert extravars["provision_mig_enabled"] is True
+    assert extravars["provision_mig_layout"][0] == {"profile": "3g.40gb", "profile_id": 9, "placement": 4,
+                                                    "memory_slices": 4, "compute_slices": 3}
+    assert extravars["provision_mig_config"]["mig-configs"][plan.mig.config_name][0]["mig-devices"] == \
+        {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}
+    assert to_extravars(plain)["provision_mig_enabled"] is False
+    res = cli("plan", "--os", "ubuntu22.04", "--gpu", "h100-sxm", "--mig", "4g.40gb,3g.40gb")
+    assert res.code == 0 and "[mig]" in res.out and "4g.40gb@0" in res.out
+
+
+def test_digest_of_a_plan_without_mig_is_unchanged_by_the_mig_field(plan):
+    """Lock files written before plans could carry MIG still verify."""
+    import hashlib
+
+    from provision.plan import _dump
+
+    body = _dump(plan)
+    for key in ("reasons", "data", "mig"):
+        body.pop(key)
+    body["request"].pop("mig")
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    assert plan.digest() == "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@pytest.mark.parametrize("gpu, layout, message", [
+    ("t4", "1g.5gb", "t4 has no MIG"),
+    ("a100-pcie", "1g.10gb", "different MIG layouts"),
+    ("a100-40gb", "3g.20gb,3g.20gb,1g.5gb", "does not fit"),
+    ("h100-sxm", "5g.50gb", "5g.50gb"),
+])
+def test_bad_mig_layouts_are_refused(cli, gpu, layout, message):
+    res = cli("plan", "--os", "ubuntu22.04", "--gpu", gpu, "--mig", layout)
+    assert res.code == 2 and message in res.err and "hint:" in res.err, res
