@@ -25,6 +25,7 @@ COMMANDS = {
     "build": "provision.cli_images:build_cmd",
     "ci": "provision.cli_images:ci_group",
     "verify": "provision.cli_verify:verify_cmd",
+    "doctor": "provision.cli_doctor:doctor_cmd",
     "gpus": "provision.cli_gpus:gpus_cmd",
     "mig": "provision.cli_mig:mig_group",
 }

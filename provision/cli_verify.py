@@ -141,7 +141,7 @@ def _read_mig_vars(path: str) -> dict:
 def _inventory_targets(ctx, inventory, plan_file, fleet_file, limit, plan_flags, gpu_count, mig):
     from provision.cli_fleet import _matrix_loader
     from provision.commands.apply import load_plans, plan_of_host
-    from provision.inventory import load_inventory
+    from provision.inventory import load_inventory, select_hosts
     from provision.verify import Target
 
     if plan_flags:
@@ -151,18 +151,7 @@ def _inventory_targets(ctx, inventory, plan_file, fleet_file, limit, plan_flags,
         raise InputError("with -i give exactly one of --plan and --fleet", hint="the same ones provision apply was given")
     inv = load_inventory(inventory)
     plans, _ = load_plans(plan_file, fleet_file, _matrix_loader(ctx))
-    names = sorted(inv.hosts)
-    if limit:
-        wanted: set[str] = set()
-        for part in (p.strip() for p in limit.split(",") if p.strip()):
-            if part in inv.hosts:
-                wanted.add(part)
-            elif part in inv.groups:
-                wanted |= inv.groups[part]
-            else:
-                raise InputError(f"--limit {part!r} is neither a host nor a group of {inventory}",
-                                 hint="ansible-inventory -i INVENTORY --graph lists them")
-        names = [n for n in names if n in wanted]
+    names = select_hosts(inv, limit)
     targets = []
     for name in names:
         found = plan_of_host(inv, plans, name)
@@ -173,8 +162,6 @@ def _inventory_targets(ctx, inventory, plan_file, fleet_file, limit, plan_flags,
         count = hv.get("provision_gpu_count", gpu_count)
         host_mig = {k: v for k, v in hv.items() if k.startswith("provision_mig_")} or mig or _plan_mig(found[1])
         targets.append(Target(name, f"ansible://{name}", found[1], int(count) if count else None, host_mig, hv))
-    if not targets:
-        raise InputError("no hosts to verify", hint="check --limit")
     return targets
 
 

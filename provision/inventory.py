@@ -70,6 +70,26 @@ def load_inventory(path: str) -> Inventory:
     return Inventory(path, hosts, groups)
 
 
+def select_hosts(inventory: Inventory, limit: str | None) -> list[str]:
+    """The inventory's hosts, sorted; --limit: comma-separated host or group names."""
+    names = sorted(inventory.hosts)
+    if not limit:
+        return names
+    wanted: set[str] = set()
+    for part in (p.strip() for p in limit.split(",") if p.strip()):
+        if part in inventory.hosts:
+            wanted.add(part)
+        elif part in inventory.groups:
+            wanted |= inventory.groups[part]
+        else:
+            raise InputError(f"--limit {part!r} is neither a host nor a group of {inventory.path}",
+                             hint="ansible-inventory -i INVENTORY --graph lists them")
+    selected = [n for n in names if n in wanted]
+    if not selected:
+        raise InputError(f"--limit {limit!r} selects no host", hint="ansible-inventory -i INVENTORY --graph lists them")
+    return selected
+
+
 class FleetGroup(NamedTuple):
     group: str
     request: dict[str, Any] | None  # plan request fields (os, gpu, pins)

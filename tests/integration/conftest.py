@@ -133,3 +133,14 @@ def fleet_env(tmp_path_factory):
         kit.close()
         if not os.environ.get("PROVISION_TEST_KEEP"):
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def converged_fleet(fleet_env, tmp_path_factory):
+    """gpu-a/b/c at the fleet file's plans, for a module's tests (quick when they already are)."""
+    from harness.fleet import run_apply
+
+    rc, out, _ = run_apply("-i", str(fleet_env.inventory()), "--fleet", str(fleet_env.fleet_file()),
+                           run_dir=tmp_path_factory.mktemp("converge"))
+    assert rc == 0, out
+    return fleet_env

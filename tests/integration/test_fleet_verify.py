@@ -37,16 +37,8 @@ def statuses(doc):
     return {h["host"]: {c["id"]: c["status"] for c in h["checks"]} for h in doc["hosts"]}
 
 
-@pytest.fixture(scope="module")
-def converged(fleet_env, tmp_path_factory):
-    rc, out, _ = run_apply("-i", str(fleet_env.inventory()), "--fleet", str(fleet_env.fleet_file()),
-                           run_dir=tmp_path_factory.mktemp("verify-apply"))
-    assert rc == 0, out
-    return fleet_env
-
-
-def test_verify_passes_on_a_converged_fleet(converged, tmp_path):
-    rc, doc, err = verify("-i", str(converged.inventory()), "--fleet", str(converged.fleet_file()),
+def test_verify_passes_on_a_converged_fleet(converged_fleet, tmp_path):
+    rc, doc, err = verify("-i", str(converged_fleet.inventory()), "--fleet", str(converged_fleet.fleet_file()),
                           "--gpu-count", "2", junit=tmp_path / "verify.xml")
     assert rc == 0, json.dumps(doc, indent=1)[-3000:] + err
     got = statuses(doc)
@@ -58,7 +50,7 @@ def test_verify_passes_on_a_converged_fleet(converged, tmp_path):
             assert checks[check] == "pass", (host, check, checks)
     by_host = {h["host"]: {c["id"]: c for c in h["checks"]} for h in doc["hosts"]}
     # what the checks read is in the report: the planned driver, the fabric manager on the SXM host
-    a100, h100 = converged.plans["a100"], converged.plans["h100"]
+    a100, h100 = converged_fleet.plans["a100"], converged_fleet.plans["h100"]
     assert any(a100.driver.version in e for e in by_host["gpu-a"]["nvidia-smi"]["evidence"])
     assert any("nvidia-fabricmanager: active" in e for e in by_host["gpu-b"]["fabric-manager"]["evidence"])
     assert any(h100.driver.version in e for e in by_host["gpu-b"]["fabric-manager"]["evidence"])
@@ -68,41 +60,41 @@ def test_verify_passes_on_a_converged_fleet(converged, tmp_path):
     assert junit.count("<testcase ") == sum(len(h["checks"]) for h in doc["hosts"])
 
 
-def test_verify_names_each_kind_of_drift(converged, tmp_path):
-    fleet = converged.fleet
+def test_verify_names_each_kind_of_drift(converged_fleet, tmp_path):
+    fleet = converged_fleet.fleet
     old = "1.19.1"
-    toolkit = [p.name for p in converged.plans["a100"].container_toolkit.packages]
+    toolkit = [p.name for p in converged_fleet.plans["a100"].container_toolkit.packages]
     # gpu-a: the toolkit downgraded behind provision's back (holds overridden)
     fleet.exec("gpu-a", "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --allow-downgrades "
                         "--allow-change-held-packages " + " ".join(f"{p}={old}-1" for p in toolkit) + " >/dev/null 2>&1")
-    assert converged.dpkg_version("gpu-a", "nvidia-container-toolkit") == f"{old}-1"
+    assert converged_fleet.dpkg_version("gpu-a", "nvidia-container-toolkit") == f"{old}-1"
     # gpu-b: the nvidia runtime removed from daemon.json
     fleet.exec("gpu-b", "python3 -c \"import json; p='/etc/docker/daemon.json'; d=json.load(open(p)); "
                         "d.pop('runtimes', None); json.dump(d, open(p, 'w'))\"")
     # gpu-c: nvidia-persistenced stopped
     fleet.exec("gpu-c", "systemctl stop nvidia-persistenced")
 
-    rc, doc, err = verify("-i", str(converged.inventory()), "--fleet", str(converged.fleet_file()),
+    rc, doc, err = verify("-i", str(converged_fleet.inventory()), "--fleet", str(converged_fleet.fleet_file()),
                           junit=tmp_path / "drift.xml")
     assert rc == 1, err
     got = statuses(doc)
     failed = {h: sorted(c for c, s in checks.items() if s == "fail") for h, checks in got.items()}
     assert failed == {"gpu-a": ["container-toolkit"], "gpu-b": ["docker-runtime"], "gpu-c": ["persistence"]}, failed
     details = {h["host"]: {c["id"]: c["detail"] for c in h["checks"]} for h in doc["hosts"]}
-    assert f"plan pins {converged.plans['a100'].container_toolkit.version}" in details["gpu-a"]["container-toolkit"]
+    assert f"plan pins {converged_fleet.plans['a100'].container_toolkit.version}" in details["gpu-a"]["container-toolkit"]
     assert "no nvidia runtime" in details["gpu-b"]["docker-runtime"]
     assert "nvidia-persistenced is inactive" in details["gpu-c"]["persistence"]
     assert 'name="container-toolkit"' in (tmp_path / "drift.xml").read_text()
 
     # the table names them too, and the next apply repairs all three
-    proc = subprocess.run([sys.executable, "-m", "provision", "verify", "-i", str(converged.inventory()),
-                           "--fleet", str(converged.fleet_file()), "--limit", "gpu-b"],
+    proc = subprocess.run([sys.executable, "-m", "provision", "verify", "-i", str(converged_fleet.inventory()),
+                           "--fleet", str(converged_fleet.fleet_file()), "--limit", "gpu-b"],
                           capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 1 and "docker-runtime" in proc.stdout and "FAIL" in proc.stdout
-    rc, out, _ = run_apply("-i", str(converged.inventory()), "--fleet", str(converged.fleet_file()),
+    rc, out, _ = run_apply("-i", str(converged_fleet.inventory()), "--fleet", str(converged_fleet.fleet_file()),
                            run_dir=tmp_path / "repair")
     assert rc == 0, out
-    rc, doc, err = verify("-i", str(converged.inventory()), "--fleet", str(converged.fleet_file()))
+    rc, doc, err = verify("-i", str(converged_fleet.inventory()), "--fleet", str(converged_fleet.fleet_file()))
     assert rc == 0, json.dumps(statuses(doc))
 
 

@@ -1,0 +1,287 @@
+"""Entry points: collector sections or capture files in, a ``Report`` out.
+
+Bad input (a file that cannot be read, is empty, binary, foreign, truncated beyond parsing, or
+an NVIDIA output with nothing to diagnose) raises ``InputError`` naming the file and what it
+looks like; nothing here lets any other exception out for any input text. Sections of a
+collection (``diagnose_texts``, and the sections of a bundle file) are read leniently: one that
+cannot be parsed is reported as a ``section-unreadable`` warning and the rest is still analysed.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from provision.doctor import parse_log, parse_smi
+from provision.doctor.classify import (
+    DIAGNOSABLE,
+    INFO_KEYS,
+    KINDS,
+    SECTION_KEYS,
+    classify,
+    split_bundle,
+    split_capture_bundle,
+)
+from provision.doctor.model import Finding, Read, Report, sort_findings, worse
+from provision.doctor.parse_smi import ParseFailure
+from provision.doctor.rules import gpu_rules, nvlink_rules, persistence_rule
+from provision.doctor.rules_host import host_rules
+from provision.doctor.rules_log import Facts, fabric_rules, kernel_rules, unreadable_rules, xid_rules
+from provision.errors import InputError
+
+MAX_BYTES = 256 * 1024 * 1024
+HINT = ("doctor reads nvidia-smi -q -x, -q (also -q -d ...), the default table, --query-gpu CSV with its header, "
+        "nvlink -s, nvidia-smi/NVML error output, kernel logs (dmesg, journalctl -k), the fabric manager log, "
+        "application logs with CUDA/framework errors, /proc/driver/nvidia/version, lsmod or /proc/modules, "
+        "mokutil --sb-state, and collector or nvidia-smi capture bundles")
+_STRUCTURED = {"nvidia-smi-q-x", "nvidia-smi-q", "nvidia-smi", "nvlink-s", "query-gpu-csv"}
+
+
+class _Collector:
+    """Findings de-duplicated by (id, key); a repeat keeps the first evidence and the worse severity."""
+
+    def __init__(self) -> None:
+        self.found: dict[tuple[str, str], Finding] = {}
+
+    def add(self, finding: Finding, key: str) -> None:
+        slot = (finding.id, key)
+        old = self.found.get(slot)
+        if old is None or worse(finding.severity, old.severity) != old.severity:
+            self.found[slot] = finding
+
+
+def _lenient(key: str, text: str, source: str, facts: Facts, reads: list[Read]) -> None:
+    """``_analyse`` for one section of a collection: a section that cannot be read is listed and
+    reported (``section-unreadable``, a warning) instead of failing the whole diagnosis."""
+    try:
+        _analyse(key, text, source, facts, reads)
+    except ParseFailure as exc:
+        first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+        facts.unreadable.append((source, key, str(exc), first))
+        reads.append(Read(source, key, f"could not be read: {exc}", analysed=False))
+
+
+def _analyse(key: str, text: str, source: str, facts: Facts, reads: list[Read]) -> None:
+    """Parse one section into ``facts``; ParseFailure when a structured section cannot be read."""
+    if not text.strip():
+        reads.append(Read(source, key, "empty: not analysed", analysed=False))
+        return
+    if key in _STRUCTURED:
+        try:
+            _structured(key, text, source, facts, reads)
+        except ParseFailure:
+            messages = parse_log.scan_messages(text)
+            if not messages:
+                raise
+            facts.messages.extend((source, m) for m in messages)
+            reads.append(Read(source, "nvidia-smi-stderr", f"error output instead of {KINDS[key]}"))
+        return
+    handler = _HANDLERS.get(key)
+    if handler is None:
+        shown = text.strip().splitlines()[0][:80] if key in INFO_KEYS else "unknown section"
+        reads.append(Read(source, key, f"{shown}: not analysed", analysed=False))
+        return
+    reads.append(Read(source, key, handler(text, source, facts)))
+
+
+def _kernel_log(text: str, source: str, facts: Facts) -> str:
+    log = parse_log.parse_kernel_log(text)
+    facts.kernel.append((source, log))
+    return f"{log.lines} lines, {len(log.xids)} Xid event(s)"
+
+
+def _fabric_log(text: str, source: str, facts: Facts) -> str:
+    events, count = parse_log.parse_fabric_manager(text)
+    facts.fabric.append((source, events))
+    return f"{count} log lines, {len(events)} error(s)"
+
+
+def _messages(text: str, source: str, facts: Facts) -> str:
+    messages = parse_log.scan_messages(text)
+    facts.messages.extend((source, m) for m in messages)
+    return f"{len(messages)} known message line(s)"
+
+
+def _app_log(text: str, source: str, facts: Facts) -> str:
+    facts.app_texts.append(text)
+    return _messages(text, source, facts)
+
+
+def _smi_rc(text: str, source: str, facts: Facts) -> str:
+    m = re.search(r"-?\b\d{1,5}\b", text)
+    if not m:
+        raise ParseFailure("not an exit code")
+    facts.smi_rc = int(m[0])
+    return f"exit code {facts.smi_rc}"
+
+
+def _proc_version(text: str, source: str, facts: Facts) -> str:
+    version = parse_log.parse_proc_version(text)
+    if version:
+        facts.module_version = (version, source)
+    return f"kernel module {version}" if version else "no 'NVRM version' line"
+
+
+def _modules(text: str, source: str, facts: Facts) -> str:
+    names = parse_log.parse_modules(text)
+    facts.modules = (facts.modules or set()) | names
+    nv = sorted(n for n in names if n.startswith(("nvidia", "nouveau")))
+    return f"{len(names)} modules ({', '.join(nv) or 'no nvidia/nouveau'})"
+
+
+def _secure_boot(text: str, source: str, facts: Facts) -> str:
+    facts.secure_boot = parse_log.parse_secure_boot(text)
+    return "Secure Boot " + {True: "enabled", False: "disabled", None: "unknown"}[facts.secure_boot]
+
+
+def _uname(text: str, source: str, facts: Facts) -> str:
+    facts.uname = text.split(maxsplit=1)[0]
+    return facts.uname
+
+
+_HANDLERS = {
+    "kernel-log": _kernel_log, "fabricmanager-log": _fabric_log, "nvidia-smi-stderr": _messages,
+    "app-log": _app_log, "nvidia-smi-rc": _smi_rc, "proc-driver-version": _proc_version, "modules": _modules,
+    "secure-boot": _secure_boot, "uname-r": _uname,
+}
+
+
+def _structured(key: str, text: str, source: str, facts: Facts, reads: list[Read]) -> None:
+    if key == "nvlink-s":
+        gpus = parse_smi.parse_nvlink(text)
+        facts.nvlink.append((source, gpus))
+        reads.append(Read(source, key, f"{len(gpus)} GPU(s), {sum(len(g.links) for g in gpus)} links"))
+        return
+    parser = {"nvidia-smi-q-x": parse_smi.parse_xml, "nvidia-smi-q": parse_smi.parse_q_text,
+              "nvidia-smi": parse_smi.parse_table, "query-gpu-csv": parse_smi.parse_csv}[key]
+    result = parser(text, source)
+    facts.gpus.extend(result.gpus)
+    if result.driver_version:
+        facts.driver_versions.append((result.driver_version, source))
+    if result.cuda_version:
+        facts.cuda_versions.append((result.cuda_version, source))
+    scan = "\n".join(result.messages) if key == "nvidia-smi-q-x" else text
+    facts.messages.extend((source, m) for m in parse_log.scan_messages(scan))
+    driver = f", driver {result.driver_version}" if result.driver_version else ""
+    reads.append(Read(source, key, f"{len(result.gpus)} GPU(s){driver}"))
+
+
+def _report(facts: Facts, reads: list[Read], matrix: Any) -> Report:
+    out = _Collector()
+    for g in facts.gpus:
+        gpu_rules(g, out.add)
+    persistence_rule(facts.gpus, out.add)
+    for source, gpus in facts.nvlink:
+        nvlink_rules(gpus, source, out.add)
+    if any(log.xids for _, log in facts.kernel):
+        from provision.doctor.xid import load_xid_catalog
+
+        xid_rules(facts, load_xid_catalog(), out.add)
+    kernel_rules(facts, out.add)
+    fabric_rules(facts, out.add)
+    unreadable_rules(facts, out.add)
+    host_rules(facts, matrix, out.add)
+    return Report(sort_findings(list(out.found.values())), tuple(reads))
+
+
+def diagnose_texts(sections: Mapping[str, str], *, matrix: Any = None) -> Report:
+    """Analyse the collector's sections (keys: ``SECTION_KEYS``; a missing key is not analysed).
+
+    A structured section (XML, -q, table, nvlink) that holds an nvidia-smi error message instead
+    of its output is analysed as error output. A section that cannot be read at all (truncated
+    XML from a killed nvidia-smi, an unsupported subcommand's usage message) does not stop the
+    diagnosis: it is listed under ``read`` and reported as a ``section-unreadable`` warning.
+    Unknown keys are listed and not analysed.
+    """
+    facts = Facts()
+    reads: list[Read] = []
+    for key, raw in sections.items():
+        if not isinstance(raw, str):
+            raise InputError(f"section {key}: expected text, got {type(raw).__name__}")
+        text = raw.encode("utf-8", "replace").decode("utf-8")  # lone surrogates -> "?"
+        _section(key, text, f"section {key}", facts, reads)
+    return _report(facts, reads, matrix)
+
+
+def _section(key: str, text: str, source: str, facts: Facts, reads: list[Read]) -> None:
+    if key in SECTION_KEYS or key in INFO_KEYS:
+        _lenient(key, text, source, facts, reads)
+    else:
+        reads.append(Read(source, key, "unknown section key: not analysed", analysed=False))
+
+
+def decode_bytes(data: bytes) -> str:
+    """Text of a capture: UTF-16 with a BOM (PowerShell redirects), else UTF-8; newlines normalised."""
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        text = data.decode("utf-16", errors="replace")
+    elif data.startswith(codecs.BOM_UTF8):
+        text = data[3:].decode("utf-8", errors="replace")
+    else:
+        text = data.decode("utf-8", errors="replace")
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def read_text(path: str | os.PathLike[str]) -> str:
+    """A capture file's text (UTF-8, UTF-16 with BOM); InputError when it cannot be read."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise InputError(f"{os.fspath(path)}: cannot read ({exc.strerror or exc})",
+                         hint="check the path and its permissions") from None
+    if len(data) > MAX_BYTES:
+        raise InputError(f"{os.fspath(path)}: larger than {MAX_BYTES // (1024 * 1024)} MiB",
+                         hint="cut the log to the time window of interest (journalctl -k --since ...)")
+    return decode_bytes(data)
+
+
+def _file(path: str, text: str, facts: Facts, reads: list[Read]) -> None:
+    name = os.path.basename(path) or path
+    kind = classify(text, name)
+    try:
+        if kind == "collector-bundle":
+            for key, body in split_bundle(text).items():
+                _section(key, body, f"{name}:{key}", facts, reads)
+        elif kind == "capture-bundle":
+            blocks = split_capture_bundle(text)
+            for title, key, body in blocks:
+                source = f"{name}:{title}"
+                if key:
+                    _lenient(key, body, source, facts, reads)
+                else:
+                    reads.append(Read(source, "capture-section", "no health data: not analysed", analysed=False))
+            if not any(key for _, key, _ in blocks):
+                raise ParseFailure("a capture bundle without any nvidia-smi -q / table / nvlink section")
+        elif kind in DIAGNOSABLE:
+            _analyse(kind, text, name, facts, reads)
+        else:
+            rerun = "rerun nvidia-smi with --format=csv (with the header); " if kind == "query-csv-noheader" else ""
+            raise InputError(f"{path}: looks like {KINDS[kind]}; nothing doctor can diagnose", hint=rerun + HINT)
+    except ParseFailure as exc:
+        raise InputError(f"{path}: looks like {KINDS.get(kind, kind)} but cannot be read: {exc}", hint=HINT) from None
+
+
+def diagnose_files(paths: Iterable[str | os.PathLike[str]], *, matrix: Any = None) -> Report:
+    """Read, classify and analyse each file; all of them go into one report."""
+    paths = [os.fspath(p) for p in paths]
+    return diagnose_named_texts(((p, read_text(p)) for p in paths), matrix=matrix)
+
+
+def diagnose_named_texts(items: Iterable[tuple[str, str]], *, matrix: Any = None) -> Report:
+    """``diagnose_files`` for texts already in memory: (name, text) pairs, classified by content."""
+    facts = Facts()
+    reads: list[Read] = []
+    seen = 0
+    for name, text in items:
+        seen += 1
+        _file(name, text.encode("utf-8", "replace").decode("utf-8"), facts, reads)
+    if not seen:
+        raise InputError("no files to diagnose", hint=HINT)
+    return _report(facts, reads, matrix)
+
+
+__all__ = ["HINT", "decode_bytes", "diagnose_files", "diagnose_named_texts", "diagnose_texts",
+           "read_text"]
