@@ -8,6 +8,8 @@ repositories on loopback), after a first converging apply:
   * an idempotent re-run of `provision apply` on one provisioned host, against one
     `ansible -m setup` on it: goal <= 3x;
   * the same re-run on 3 hosts against 1 host (Ansible works on hosts in parallel).
+Reported without a goal: a --full re-run (every task, no converged-state shortcut) on one host,
+`provision verify` and `provision doctor` over the three hosts.
 Needs root (it starts dockerd when none runs). Exit 1 if a goal is missed.
 """
 
@@ -61,6 +63,10 @@ def main() -> int:
         one = timed([*apply, "--limit", "gpu-a", "--run-dir", str(work / "one")], args.runs, env)
         three = timed([*apply, "--run-dir", str(work / "three")], args.runs, env)
         summary = json.loads((work / "three" / "summary.json").read_text())
+        full = timed([*apply, "--limit", "gpu-a", "--full", "--run-dir", str(work / "full")], 1, env)
+        verify = timed([sys.executable, "-m", "provision", "verify", "-i", str(inv3), "--fleet", str(fleet),
+                        "--format", "json"], args.runs, env)
+        doctor = timed([sys.executable, "-m", "provision", "doctor", "-i", str(inv3), "--format", "json"], args.runs, env)
         changed = {h: v["changed"] for h, v in summary["hosts"].items()}
     finally:
         try:
@@ -71,6 +77,9 @@ def main() -> int:
     print(f"{'ansible -m setup, one host':55} {setup:7.2f}s")
     print(f"{'provision apply re-run, one provisioned host':55} {one:7.2f}s  ({one / setup:.2f}x setup)")
     print(f"{'provision apply re-run, three provisioned hosts':55} {three:7.2f}s  ({three / one:.2f}x one host)")
+    print(f"{'provision apply --full re-run, one host (every task)':55} {full:7.2f}s  ({full / setup:.2f}x setup)")
+    print(f"{'provision verify, three hosts (15 checks each)':55} {verify:7.2f}s")
+    print(f"{'provision doctor -i, three hosts':55} {doctor:7.2f}s")
     print(f"changed on the three-host re-run: {changed}")
     goals = [("idempotent re-run <= 3x ansible -m setup", one / setup <= 3.0),
              ("re-run changes nothing", all(v == 0 for v in changed.values()))]
