@@ -53,7 +53,7 @@ class LazyGroup(click.Group):
               help="Compatibility data to use instead of the built-in compat/ (env: PROVISION_COMPAT_DIR).")
 @click.pass_context
 def cli(ctx: click.Context, debug: bool, compat_dir: str | None) -> None:
-    """Plan, build, provision and verify NVIDIA GPU hosts and images from one compatibility plan.
+    """Plan, build, provision, verify and diagnose NVIDIA GPU hosts and images from one compatibility plan.
 
     Start with: provision plan --os rocky9 --gpu a100-pcie
     """

@@ -94,7 +94,7 @@ class LiveProgress:
 @click.pass_context
 def apply_cmd(ctx, inventory, plan_file, fleet_file, limit, tags, check, diff, serial, max_fail_percentage,
               allow_disruption, full, extra, run_dir):
-    """Provision hosts to match their plan: driver, Fabric Manager, Docker and the Container Toolkit.
+    """Provision hosts to match their plan: driver, Fabric Manager, Docker, the Container Toolkit and the plan's MIG layout.
 
     Runs playbooks/site.yml through ansible-runner; its private data directory stays in the run
     folder as the run's artifacts. Exit 0 when every host succeeded, 1 when some failed or were
