@@ -34,15 +34,17 @@ def to_extravars(plan: Plan) -> dict[str, Any]:
         "provision_cuda_version": plan.cuda.version,
         "provision_driver_floor": plan.driver_floor,
         "provision_base_image": plan.base_image,
-        **_mig_vars(plan),
+        **mig_vars(plan),
     }
 
 
-def _mig_vars(plan: Plan) -> dict[str, Any]:
+def mig_vars(plan: Plan) -> dict[str, Any]:
     """The mig role's inputs; provision_mig_enabled false when the plan has no MIG layout."""
     mig = plan.mig
     if mig is None:
         return {"provision_mig_enabled": False}
+    from provision.mig import parted_config
+
     return {
         "provision_mig_enabled": True,
         "provision_mig_config_name": mig.config_name,
@@ -51,6 +53,5 @@ def _mig_vars(plan: Plan) -> dict[str, Any]:
         "provision_mig_devices": dict(mig.devices),
         "provision_mig_layout": [i._asdict() for i in mig.instances],
         "provision_mig_cgi": mig.cgi,
-        "provision_mig_config": {"version": "v1", "mig-configs": {mig.config_name: [
-            {"devices": "all", "mig-enabled": True, "mig-devices": dict(mig.devices)}]}},
+        "provision_mig_config": parted_config(mig.config_name, mig.devices),
     }

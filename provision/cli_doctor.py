@@ -93,11 +93,11 @@ def _read(path: str) -> str:
 
 
 def _rows(findings, host: str | None = None):
-    from provision.verify.report import _clip
+    from provision.output import clip
 
     rows = []
     for f in findings:
-        row = [f.severity, f.id, f.title, _clip(f.evidence, 70), _clip(f.fix, 90)]
+        row = [f.severity, f.id, f.title, clip(f.evidence, 70), clip(f.fix, 90)]
         rows.append(([host] if host is not None else []) + row)
     return rows
 
@@ -137,7 +137,9 @@ def _emit_hosts(results, fmt: str) -> int:
     if fmt == "json":
         sys.stdout.write(dumps_json({"exit_code": code, "hosts": hosts, "findings": flat}))
         return code
-    rows = [[f["host"], f["severity"], f["id"], f["title"], f["evidence"][:70], f["fix"][:90]] for f in flat]
+    from provision.output import clip
+
+    rows = [[f["host"], f["severity"], f["id"], f["title"], clip(f["evidence"], 70), clip(f["fix"], 90)] for f in flat]
     if rows:
         print_table(["host", "severity", "id", "title", "evidence", "fix"], rows, title="provision doctor")
     for h in hosts:

@@ -105,9 +105,9 @@ def _checks() -> list[tuple[str, str]]:
 
 def _plan_mig(plan) -> dict | None:
     """The layout a plan made with --mig (or a fleet group's mig:) asks for."""
-    from provision.ansible_vars import to_extravars
+    from provision.ansible_vars import mig_vars
 
-    return to_extravars(plan) if plan.mig else None
+    return mig_vars(plan) if plan.mig else None
 
 
 def _host_spec(url: str) -> str:

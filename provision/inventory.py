@@ -1,6 +1,7 @@
 """Inventories (read through ansible-inventory, so INI, YAML, directories and plugins all work),
 fleet files (inventory group -> plan request), and the checks run before any host is touched."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -26,6 +27,17 @@ def tool_path() -> str:
     import sys
 
     return os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+
+
+@contextlib.contextmanager
+def tools_on_path():
+    """PATH = tool_path() meanwhile: testinfra's ansible backend runs ansible-inventory from PATH."""
+    old = os.environ.get("PATH", "")
+    os.environ["PATH"] = tool_path()
+    try:
+        yield
+    finally:
+        os.environ["PATH"] = old
 
 
 def ansible_inventory_binary() -> str:

@@ -564,13 +564,18 @@ def _filter_ids(plan: MigPlan) -> list[str]:
     return [f"0x{pid[2:].upper()}10DE" if pid.lower().startswith("0x") else pid for pid in plan.pci_device_ids]
 
 
+def parted_config(name: str, devices: dict[str, int], device_filter: list[str] | None = None) -> dict[str, Any]:
+    """A mig-parted v1 config with one entry: every GPU (or those in device_filter) in MIG mode
+    with ``devices`` (profile -> count)."""
+    entry: dict[str, Any] = {"device-filter": device_filter} if device_filter else {}
+    entry.update({"devices": "all", "mig-enabled": True, "mig-devices": dict(devices)})
+    return {"version": "v1", "mig-configs": {name: [entry]}}
+
+
 def mig_parted_config(plan: MigPlan) -> dict[str, Any]:
     """The mig-parted v1 config with one entry, ``plan.name``."""
-    entry: dict[str, Any] = {}
-    if plan.device_filter and plan.pci_device_ids:
-        entry["device-filter"] = _filter_ids(plan)
-    entry.update({"devices": "all", "mig-enabled": True, "mig-devices": plan.devices()})
-    return {"version": "v1", "mig-configs": {plan.name: [entry]}}
+    device_filter = _filter_ids(plan) if plan.device_filter and plan.pci_device_ids else None
+    return parted_config(plan.name, plan.devices(), device_filter)
 
 
 def mig_parted_yaml(plan: MigPlan) -> str:

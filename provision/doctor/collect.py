@@ -71,13 +71,9 @@ def collect_local() -> Collected:
 
 def collect_remote(hosts: list[str], inventory: str, *, sudo: bool = False, workers: int = 8) -> list[Collected]:
     """Run the collector on inventory hosts (in parallel), through testinfra's ansible backend."""
-    import os
-
     import testinfra
 
-    from provision.inventory import tool_path
-
-    os.environ["PATH"] = tool_path()  # testinfra calls ansible-inventory from PATH
+    from provision.inventory import tools_on_path
 
     def one(name: str) -> Collected:
         try:
@@ -90,5 +86,5 @@ def collect_remote(hosts: list[str], inventory: str, *, sudo: bool = False, work
             return Collected(name, None, why)
         return Collected(name, res.stdout, None)
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(workers, len(hosts)))) as pool:
+    with tools_on_path(), concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(workers, len(hosts)))) as pool:
         return list(pool.map(one, hosts))

@@ -132,16 +132,15 @@ def _mig(matrix: m.Matrix, request: PlanRequest):
     gpu_id, profile_set, members = migplan.gpu_profile_set(matrix, request.gpu)
     placed = migplan.plan_layout(profile_set, request.mig, gpu=gpu_id,
                                  pci_device_ids=tuple(p for g in members for p in g.pci_device_ids))
-    av = migplan.ansible_vars(placed)
-    instances = tuple(PlanMigInstance(i["profile"], i["profile_id"], i["placement"], i["memory_slices"],
-                                      i["compute_slices"]) for i in av["provision_mig_layout"])
+    instances = tuple(PlanMigInstance(i.profile.name, i.profile.id, i.start, i.profile.memory_slices,
+                                      i.profile.compute_slices) for i in placed.instances)
     text = (f"MIG layout {', '.join(i.label for i in placed.instances)} (profile@start slot) on the "
             f"{profile_set.id} profile set: every instance at a start `nvidia-smi mig -lgipp` allows, none overlapping, "
             f"{placed.compute_used}/{profile_set.compute_slices} compute slices")
     if not profile_set.placements_confirmed:
         text += f"; placements of the same die family ({profile_set.note})"
     mig = PlanMig(placed.name, profile_set.id, profile_set.placements_confirmed, instances,
-                  dict(av["provision_mig_devices"]), av["provision_mig_cgi"])
+                  placed.devices(), migplan.cgi_args(placed))
     return mig, Reason("mig", text, profile_set.sources[0] if profile_set.sources else None)
 
 

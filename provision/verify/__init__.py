@@ -34,7 +34,7 @@ def run_verify(targets: list[Target], *, inventory: str | None = None, sudo: boo
     """Run every check on every target; returns a VerifyReport. Touches nothing on the hosts."""
     import pytest
 
-    from provision.inventory import tool_path
+    from provision.inventory import tools_on_path
     from provision.verify.plugin import VerifyPlugin
 
     plugin = VerifyPlugin(targets, only=only)
@@ -58,10 +58,6 @@ def run_verify(targets: list[Target], *, inventory: str | None = None, sudo: boo
         args += ["--ssh-identity-file", ssh_identity_file]
     if ssh_config:
         args += ["--ssh-config", ssh_config]
-    old_path = os.environ.get("PATH", "")
-    os.environ["PATH"] = tool_path()  # testinfra calls ansible-inventory from PATH
-    try:
+    with tools_on_path():
         rc = pytest.main(args, plugins=[plugin])
-    finally:
-        os.environ["PATH"] = old_path
     return plugin.report(int(rc))

@@ -48,6 +48,7 @@ class HostFacts:
         self.host = host
         self.target = target
         self.hostvars: dict[str, Any] = dict(target.hostvars or {})
+        self._installed: dict[tuple[str, ...], dict[str, Installed]] = {}
 
     def run(self, command: str) -> Result:
         res = self.host.run(command)
@@ -101,10 +102,9 @@ class HostFacts:
 
     def installed(self, names: list[str]) -> dict[str, Installed]:
         key = tuple(names)
-        cache = self.__dict__.setdefault("_installed", {})
-        if key not in cache:
-            cache[key] = self._query_packages(names)
-        return cache[key]
+        if key not in self._installed:
+            self._installed[key] = self._query_packages(names)
+        return self._installed[key]
 
     def _query_packages(self, names: list[str]) -> dict[str, Installed]:
         quoted = " ".join(shlex.quote(n) for n in names)

@@ -10,7 +10,6 @@ import pytest
 from provision.verify.facts import HostFacts
 from provision.verify.report import CheckResult, VerifyReport
 
-
 MODULE_ORDER = ("check_system", "check_driver", "check_containers")
 
 

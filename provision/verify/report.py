@@ -7,6 +7,8 @@ import datetime as dt
 import os
 from typing import Any, NamedTuple
 
+from provision.output import clip
+
 SCHEMA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "schema")
 REPORT_VERSION = 1
 
@@ -63,7 +65,7 @@ class VerifyReport(NamedTuple):
         rows = []
         for r in self.results:
             shown = r.detail if r.status != "pass" else "; ".join(r.evidence)
-            rows.append([r.host, r.check, r.status.upper() if r.status == "fail" else r.status, _clip(shown)])
+            rows.append([r.host, r.check, r.status.upper() if r.status == "fail" else r.status, clip(shown)])
         return rows
 
     def junit(self) -> str:
@@ -98,8 +100,3 @@ class VerifyReport(NamedTuple):
             ET.SubElement(case, "error", message=error[:500], type="RunError").text = error
         ET.indent(root)
         return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
-
-
-def _clip(text: str, width: int = 110) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"

@@ -210,13 +210,13 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         self.server.requests.append((self.command, self.path, args[1] if len(args) > 1 else ""))
 
 
-class RecordingServer:
-    """A static file server on 127.0.0.1 that records every request."""
+class _LoopbackServer:
+    """An HTTP server on 127.0.0.1 (a free port) served from a daemon thread."""
 
-    def __init__(self, root: Path):
-        handler = lambda *a, **kw: _Handler(*a, directory=str(root), **kw)  # noqa: E731
+    def __init__(self, handler, **state):
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.httpd.requests = []
+        for name, value in state.items():
+            setattr(self.httpd, name, value)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
 
@@ -224,13 +224,20 @@ class RecordingServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.httpd.server_address[1]}"
 
-    @property
-    def requests(self) -> list[tuple[str, str, str]]:
-        return self.httpd.requests
-
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class RecordingServer(_LoopbackServer):
+    """A static file server on 127.0.0.1 that records every request."""
+
+    def __init__(self, root: Path):
+        super().__init__(lambda *a, **kw: _Handler(*a, directory=str(root), **kw), requests=[])
+
+    @property
+    def requests(self) -> list[tuple[str, str, str]]:
+        return self.httpd.requests
 
 
 class _ProxyHandler(http.server.BaseHTTPRequestHandler):
@@ -264,23 +271,12 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
         return
 
 
-class RecordingProxy:
+class RecordingProxy(_LoopbackServer):
     """An HTTP forward proxy on 127.0.0.1 (to loopback targets only) that records what it saw."""
 
     def __init__(self):
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ProxyHandler)
-        self.httpd.seen = []
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        super().__init__(_ProxyHandler, seen=[])
 
     @property
     def seen(self) -> list[tuple[str, str]]:
         return self.httpd.seen
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()

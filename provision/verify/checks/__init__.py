@@ -33,3 +33,24 @@ def kernel_check(facts) -> None:
     """Kernel state belongs to the machine: a container shares its host's kernel."""
     if facts.container:
         pytest.skip(f"runs in a container ({facts.container}): the kernel and its modules are the container host's")
+
+
+def assert_packages(facts, packages, hold: bool, evidence) -> None:
+    """Each planned package installed at its planned version and, with hold, held/versionlocked."""
+    if not packages:
+        return
+    found = facts.installed([p.name for p in packages])
+    for p in packages:
+        got = found[p.name]
+        evidence(f"{p.name} {got.raw or 'absent'}{' (held)' if got.held else ''}")
+    for p in packages:
+        got = found[p.name]
+        if got.version is None:
+            fail(f"{p.name} is not installed; the plan pins {p.version}")
+        if got.version != p.version:
+            fail(f"{p.name} is {got.raw}; the plan pins {p.version}")
+    if hold:
+        loose = [p.name for p in packages if not found[p.name].held]
+        if loose:
+            what = "held (apt-mark hold)" if facts.target.plan.os.pkg_manager == "apt" else "versionlocked"
+            fail(f"{', '.join(loose)} not {what}: an upgrade can replace the planned version")

@@ -9,13 +9,12 @@ import shlex
 
 import pytest
 
-from provision.verify.checks import check, fail
-from provision.verify.checks.check_driver import _check_packages
+from provision.verify.checks import assert_packages, check, fail
 
 
 @check("container-toolkit", "the NVIDIA Container Toolkit is at the planned version and held")
 def check_container_toolkit(facts, plan, target, evidence):
-    _check_packages(facts, list(plan.container_toolkit.packages),
+    assert_packages(facts, list(plan.container_toolkit.packages),
                     bool(target.hostvars.get("container_runtime_hold", True)), evidence)
     res = facts.run("nvidia-ctk --version")
     match = re.search(r"version (\d+\.\d+\.\d+)", res.out)

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from provision.verify.checks import check, fail
+from provision.verify.checks import assert_packages, check, fail
 
 
 def _need_smi(facts):
@@ -63,30 +63,10 @@ def check_persistence(facts, target, evidence):
         fail(f"persistence mode is off on GPU {', '.join(off)}")
 
 
-def _check_packages(facts, packages, hold: bool, evidence) -> None:
-    if not packages:
-        return
-    found = facts.installed([p.name for p in packages])
-    for p in packages:
-        got = found[p.name]
-        evidence(f"{p.name} {got.raw or 'absent'}{' (held)' if got.held else ''}")
-    for p in packages:
-        got = found[p.name]
-        if got.version is None:
-            fail(f"{p.name} is not installed; the plan pins {p.version}")
-        if got.version != p.version:
-            fail(f"{p.name} is {got.raw}; the plan pins {p.version}")
-    if hold:
-        loose = [p.name for p in packages if not found[p.name].held]
-        if loose:
-            what = "held (apt-mark hold)" if facts.target.plan.os.pkg_manager == "apt" else "versionlocked"
-            fail(f"{', '.join(loose)} not {what}: an upgrade can replace the planned version")
-
-
 @check("driver-packages", "the driver packages are at the planned version and held")
 def check_driver_packages(facts, plan, target, evidence):
     packages = list(plan.driver.packages) + (list(plan.fabric_manager.packages) if plan.fabric_manager else [])
-    _check_packages(facts, packages, bool(target.hostvars.get("nvidia_driver_hold", True)), evidence)
+    assert_packages(facts, packages, bool(target.hostvars.get("nvidia_driver_hold", True)), evidence)
 
 
 @check("fabric-manager", "the fabric manager runs exactly when planned, at the driver's version")
