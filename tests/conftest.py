@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support import COMPAT, make_compat
 
 from provision.cli import main
 from provision.matrix.loader import load_matrix
-from support import COMPAT, make_compat
 
 
 @pytest.fixture(autouse=True)

@@ -7,7 +7,7 @@ a plan the resolver produces must pass it.
 from __future__ import annotations
 
 from provision.matrix.model import Matrix
-from provision.plan import Plan
+from provision.plan.model import Plan
 from provision.versions import DottedVersion as V
 from provision.versions import major_minor
 

@@ -3,10 +3,8 @@
 import subprocess
 import sys
 import zipfile
-from pathlib import Path
 
 import pytest
-
 from support import ROOT
 
 
@@ -31,7 +29,7 @@ def test_wheel_contains_the_resources(wheel):
                      "provision/_resources/images/base/Dockerfile.j2", "provision/_resources/playbooks/site.yml",
                      "provision/_resources/playbooks/roles/nvidia_driver/tasks/main.yml",
                      "provision/_resources/playbooks/collections/ansible_collections/provision/gpu/plugins/modules/host_state.py",
-                     "provision/cli.py", "provision/verify/checks/pytest.ini",
+                     "provision/cli/__init__.py", "provision/verify/checks/pytest.ini",
                      "provision/verify/checks/check_driver.py", "provision/verify/schema/report.schema.json",
                      "provision/verify/schema/junit.xsd"):
         assert required in names, required

@@ -73,7 +73,7 @@ def collect_remote(hosts: list[str], inventory: str, *, sudo: bool = False, work
     """Run the collector on inventory hosts (in parallel), through testinfra's ansible backend."""
     import testinfra
 
-    from provision.inventory import tools_on_path
+    from provision.tools import tools_on_path
 
     def one(name: str) -> Collected:
         try:

@@ -29,7 +29,13 @@ from provision.doctor.model import Finding, Read, Report, sort_findings, worse
 from provision.doctor.parse_smi import ParseFailure
 from provision.doctor.rules import gpu_rules, nvlink_rules, persistence_rule
 from provision.doctor.rules_host import host_rules
-from provision.doctor.rules_log import Facts, fabric_rules, kernel_rules, unreadable_rules, xid_rules
+from provision.doctor.rules_log import (
+    Facts,
+    fabric_rules,
+    kernel_rules,
+    unreadable_rules,
+    xid_rules,
+)
 from provision.errors import InputError
 
 MAX_BYTES = 256 * 1024 * 1024

@@ -6,9 +6,7 @@ files, newest-first order, and that every fact cites a known source.
 
 
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple
-from typing import Any
-
+from typing import Any, NamedTuple
 
 from provision.matrix.model import Matrix
 from provision.versions import DottedVersion as Version

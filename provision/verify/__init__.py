@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any, NamedTuple
 
-from provision.plan import Plan
+from provision.plan.model import Plan
 
 
 class Target(NamedTuple):
@@ -34,7 +34,7 @@ def run_verify(targets: list[Target], *, inventory: str | None = None, sudo: boo
     """Run every check on every target; returns a VerifyReport. Touches nothing on the hosts."""
     import pytest
 
-    from provision.inventory import tools_on_path
+    from provision.tools import tools_on_path
     from provision.verify.plugin import VerifyPlugin
 
     plugin = VerifyPlugin(targets, only=only)

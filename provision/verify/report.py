@@ -7,7 +7,7 @@ import datetime as dt
 import os
 from typing import Any, NamedTuple
 
-from provision.output import clip
+from provision.text import clip
 
 SCHEMA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "schema")
 REPORT_VERSION = 1

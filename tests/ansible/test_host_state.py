@@ -3,7 +3,6 @@
 import importlib.util
 
 import pytest
-
 from support import ROOT
 
 spec = importlib.util.spec_from_file_location(

@@ -5,7 +5,6 @@ import re
 
 import pytest
 import yaml
-
 from walker import ROLES
 
 ROLE_NAMES = sorted(p.name for p in ROLES.iterdir() if (p / "tasks" / "main.yml").exists())

@@ -5,11 +5,11 @@ runs for real in the test fleet.
 """
 
 import pytest
-
-from provision.ansible_vars import to_extravars
-from provision.matrix.resolve import resolve
-from provision.plan import PlanRequest
 from walker import Walk
+
+from provision.fleet.extravars import to_extravars
+from provision.plan.model import PlanRequest
+from provision.plan.resolve import resolve
 
 
 @pytest.fixture(scope="module", params=["ubuntu22.04", "debian12", "rocky9", "rhel9"])

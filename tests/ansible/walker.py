@@ -13,7 +13,6 @@ from ansible.errors import AnsibleError
 from ansible.parsing.dataloader import DataLoader
 from ansible.plugins.loader import init_plugin_loader
 from ansible.template import Templar, trust_as_template
-
 from support import ROOT
 
 ROLES = ROOT / "playbooks" / "roles"

@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-
+from rules import violations
 from support import COMPAT
-from provision.commands.matrix import check
+
 from provision.errors import NoCompatibleStack
 from provision.matrix.loader import FILES, read_raw
-from provision.matrix.resolve import resolve
-from provision.plan import PlanRequest
-from rules import violations
+from provision.plan.check import check
+from provision.plan.model import PlanRequest
+from provision.plan.resolve import resolve
 
 VERSION_KEYS = {"version", "min_driver", "branch", "cuda", "cudnn", "cuda_runtime", "as_of", "eol", "eol_listed",
                 "date", "retrieved", "generated", "ptx"}

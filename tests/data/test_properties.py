@@ -2,15 +2,14 @@
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from rules import violations
+from support import COMPAT
 
 from provision.errors import InputError, NoCompatibleStack
 from provision.matrix.loader import load_matrix
-from provision.matrix.resolve import resolve
-from provision.plan import PlanRequest
+from provision.plan.model import PlanRequest
+from provision.plan.resolve import resolve
 from provision.versions import major_minor
-from rules import violations
-
-from support import COMPAT
 
 MATRIX = load_matrix(COMPAT)
 OS_IDS = [o.id for o in MATRIX.os_releases]

@@ -4,8 +4,8 @@ from unittest import mock
 
 import pytest
 
-from provision.build import BuildError, build_image, write_image_lock
 from provision.errors import ToolingError
+from provision.images.build import BuildError, build_image, write_image_lock
 
 
 def fake_client(chunks, image_id="sha256:abc"):
@@ -42,7 +42,7 @@ def test_failing_step_and_tail(tmp_path):
 
 def test_no_engine(monkeypatch):
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
-    from provision.build import client
+    from provision.images.build import client
 
     with pytest.raises(ToolingError) as info:
         client()
@@ -50,7 +50,7 @@ def test_no_engine(monkeypatch):
 
 
 def test_image_lock(tmp_path):
-    from provision.build import BuildResult
+    from provision.images.build import BuildResult
 
     path = tmp_path / "image.lock.json"
     write_image_lock(str(path), plan_digest="sha256:x", variant="base",

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from provision.errors import InputError
-from provision.matrix.resolve import resolve
-from provision.plan import PlanRequest, nvidia_require_cuda
-from provision.render import image_tags, render_image, variants, write_context
+from provision.images.render import image_tags, render_image, variants, write_context
+from provision.plan.model import PlanRequest, nvidia_require_cuda
+from provision.plan.resolve import resolve
 
 HADOLINT = Path(sys.executable).parent / "hadolint"
 CONFIG = Path(__file__).resolve().parents[2] / ".hadolint.yaml"
@@ -32,7 +32,7 @@ def test_pytorch_on_rocky(real_matrix):
     assert f'io.provision.driver-floor="{plan.driver_floor}"' in df
     assert "USER 10001:10001" in df and "created" not in df
     assert r.files["requirements.txt"] == "torch==2.5.1\n"
-    assert r.tags == (f"pytorch2.5.1-cuda12.4.1-rockylinux9", f"plan-{plan.short_digest}-pytorch")
+    assert r.tags == ("pytorch2.5.1-cuda12.4.1-rockylinux9", f"plan-{plan.short_digest}-pytorch")
 
 
 def test_tensorflow_on_ubuntu(real_matrix):

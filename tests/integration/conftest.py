@@ -3,7 +3,6 @@ hosts standing in for GPU servers, and the fake-GPU package repositories on loop
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import shutil
@@ -12,11 +11,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from support import COMPAT
+
 from provision.matrix.loader import load_matrix
-from provision.matrix.resolve import resolve
-from provision.plan import PlanRequest
+from provision.plan.model import PlanRequest
+from provision.plan.resolve import resolve
 
 FLEET = {"a100": ("debian12", "a100-pcie"), "h100": ("debian12", "h100-sxm")}
 # What each fake host reports, in nvidia-smi's words, for the GPU it stands in for.

@@ -3,7 +3,6 @@
 import json
 
 import pytest
-
 from harness.fleet import run_apply
 
 pytestmark = [pytest.mark.fleet]

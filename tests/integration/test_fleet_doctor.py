@@ -7,7 +7,6 @@ import sys
 
 import pytest
 
-
 pytestmark = [pytest.mark.fleet]
 XID_79 = ("Nov 30 02:11:07 gpu-c kernel: [ 8412.441061] NVRM: Xid (PCI:0000:17:00): 79, pid=0, "
           "name=python3, GPU has fallen off the bus.")

@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pytest
-
 from harness.fleet import run_apply
 
 pytestmark = [pytest.mark.fleet]

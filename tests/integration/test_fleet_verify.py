@@ -9,8 +9,8 @@ import sys
 import jsonschema
 import pytest
 import xmlschema
-
 from harness.fleet import run_apply
+
 from provision.verify.report import SCHEMA_DIR
 
 pytestmark = [pytest.mark.fleet]

@@ -7,10 +7,10 @@ import json
 import subprocess
 
 import pytest
+from support import ROOT
 
 from provision.doctor import split_bundle
 from provision.doctor.collect import SCRIPT, Collected
-from support import ROOT
 
 FIX = ROOT / "tests" / "fixtures" / "doctor"
 

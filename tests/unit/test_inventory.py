@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from provision.errors import InputError
-from provision.inventory import check_inventory, load_fleet, load_inventory
+from provision.fleet.inventory import check_inventory, load_fleet, load_inventory
 
 
 def write_inventory(tmp_path, doc, name="inv.yml"):

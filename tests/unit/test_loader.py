@@ -4,8 +4,8 @@ import re
 from pathlib import Path
 
 import pytest
-
 from support import make_compat
+
 from provision.errors import CompatDataError
 from provision.matrix.loader import key_path, load_matrix
 

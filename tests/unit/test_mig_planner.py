@@ -1,4 +1,4 @@
-"""The MIG layout planner (provision/mig.py, `provision mig plan`).
+"""The MIG layout planner (provision/mig/, `provision mig plan`).
 
 The exhaustive test checks the planner against an independent, naive oracle: every way of
 putting one instance (or none) at each memory slot, with no pruning, kept when the
@@ -17,9 +17,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from provision import mig
-from provision.cli_mig import mig_group
+from provision.cli.mig import mig_group
 from provision.errors import InputError
+from provision.mig import parted
+from provision.mig import planner as mig
 
 EXHAUSTIVE_SETS = ("a100-40gb", "a100-80gb", "h100-sxm5-80gb")
 
@@ -283,12 +284,12 @@ def test_config_and_ansible_vars(sets):
     ps = sets["h100-sxm5-80gb"]
     plan = mig.plan_layout(ps, "3g.40gb,2g.20gb,1g.10gb,1g.10gb", gpu="h100-sxm")
     assert plan.name == "provision-h100-sxm-3g.40gb-2g.20gb-2x1g.10gb"
-    cfg = mig.mig_parted_config(plan)
+    cfg = parted.mig_parted_config(plan)
     assert cfg == {"version": "v1", "mig-configs": {plan.name: [
         {"devices": "all", "mig-enabled": True, "mig-devices": {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}}]}}
-    assert yaml.safe_load(mig.mig_parted_yaml(plan)) == cfg
-    assert '"3g.40gb": 1' in mig.mig_parted_yaml(plan)
-    av = mig.ansible_vars(plan)
+    assert yaml.safe_load(parted.mig_parted_yaml(plan)) == cfg
+    assert '"3g.40gb": 1' in parted.mig_parted_yaml(plan)
+    av = parted.ansible_vars(plan)
     assert set(av) == {
         "provision_mig_enabled", "provision_mig_gpu", "provision_mig_profile_set",
         "provision_mig_placements_confirmed", "provision_mig_config_name", "provision_mig_config",
@@ -304,9 +305,9 @@ def test_config_and_ansible_vars(sets):
     assert {"instances", "free", "mig_parted", "ansible_vars"} <= set(doc)
     assert json.loads(json.dumps(doc)) == doc and yaml.safe_load(yaml.safe_dump(doc)) == doc
     filtered = mig.plan_layout(ps, "7g.80gb", pci_device_ids=("0x2330",), device_filter=True)
-    (entry,) = mig.mig_parted_config(filtered)["mig-configs"][filtered.name]
+    (entry,) = parted.mig_parted_config(filtered)["mig-configs"][filtered.name]
     assert entry["device-filter"] == ["0x233010DE"]
-    assert yaml.safe_load(mig.mig_parted_yaml(filtered))["mig-configs"][filtered.name] == [entry]
+    assert yaml.safe_load(parted.mig_parted_yaml(filtered))["mig-configs"][filtered.name] == [entry]
 
 
 def test_config_names(sets):
@@ -392,7 +393,7 @@ def test_main_reports_refusal(capsys, monkeypatch, real_matrix):
     """Through provision.cli.main: exit 2, `error:`, indented details, `hint:`."""
     from provision.cli import COMMANDS, main
 
-    monkeypatch.setitem(COMMANDS, "mig", "provision.cli_mig:mig_group")  # until provision/cli.py lists it
+    monkeypatch.setitem(COMMANDS, "mig", "provision.cli.mig:mig_group")  # until provision/cli.py lists it
     code = main(["mig", "plan", "--gpu", "a100-80gb", "--layout", "3g.40gb,3g.40gb,1g.10gb"])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("error: MIG layout 2x3g.40gb,1g.10gb does not fit on a100-80gb")

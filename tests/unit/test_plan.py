@@ -5,8 +5,8 @@ import json
 import pytest
 
 from provision.errors import InputError
-from provision.matrix.resolve import resolve
-from provision.plan import Plan, PlanRequest, read_plan, write_plan
+from provision.plan.model import Plan, PlanRequest, read_plan, write_plan
+from provision.plan.resolve import resolve
 
 
 @pytest.fixture
@@ -97,7 +97,7 @@ def test_unreadable(tmp_path):
 
 # -- MIG layouts in the plan --------------------------------------------------------------------
 def test_mig_layout_in_the_plan(real_matrix, tmp_path, cli):
-    from provision.ansible_vars import to_extravars
+    from provision.fleet.extravars import to_extravars
 
     plan = resolve(real_matrix, PlanRequest("ubuntu22.04", "h100-sxm", mig="3g.40gb,2g.20gb,2x1g.10gb"))
     assert [(i.profile, i.placement) for i in plan.mig.instances] == \
@@ -126,7 +126,7 @@ def test_digest_of_a_plan_without_mig_is_unchanged_by_the_mig_field(plan):
     """Lock files written before plans could carry MIG still verify."""
     import hashlib
 
-    from provision.plan import _dump
+    from provision.plan.model import _dump
 
     body = _dump(plan)
     for key in ("reasons", "data", "mig"):

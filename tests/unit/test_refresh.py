@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from support import COMPAT
+
 from provision.matrix import refresh
 
 METADATA = Path(__file__).resolve().parent.parent / "fixtures" / "wheel-metadata"

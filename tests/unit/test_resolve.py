@@ -1,11 +1,11 @@
 """Resolver cases as a table over the tiny fixture catalogue (tests/fixtures/compat)."""
 
 import pytest
+from rules import violations
 
 from provision.errors import BadPin, InputError, NoCompatibleStack, UnknownId
-from provision.matrix.resolve import resolve
-from provision.plan import PlanRequest
-from rules import violations
+from provision.plan.model import PlanRequest
+from provision.plan.resolve import resolve
 
 OK = [
     # (os, gpu, pins, expected fields)

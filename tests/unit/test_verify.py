@@ -9,8 +9,8 @@ import jsonschema
 import pytest
 import xmlschema
 
-from provision.matrix.resolve import resolve
-from provision.plan import PlanRequest
+from provision.plan.model import PlanRequest
+from provision.plan.resolve import resolve
 from provision.verify import Target
 from provision.verify.checks import check_containers, check_driver, check_system
 from provision.verify.facts import HostFacts, upstream_version

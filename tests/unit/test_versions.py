@@ -1,6 +1,12 @@
 import pytest
 
-from provision.versions import DottedVersion, PackageVersion, VersionSpec, major_minor, prefix_matches
+from provision.versions import (
+    DottedVersion,
+    PackageVersion,
+    VersionSpec,
+    major_minor,
+    prefix_matches,
+)
 
 
 @pytest.mark.parametrize(("low", "high"), [

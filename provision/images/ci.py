@@ -5,7 +5,7 @@ import os
 
 from provision import __version__
 from provision.errors import InputError
-from provision.plan import read_plan
+from provision.plan.model import read_plan
 
 
 def github_workflow(plans: list[str], plans_dir: str | None, *, variant: str | None, repo: str, push: bool,

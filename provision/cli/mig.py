@@ -7,7 +7,8 @@ import sys
 
 import click
 
-from provision.output import dumps_json, dumps_yaml
+from provision.cli.common import load_matrix
+from provision.cli.output import dumps_json, dumps_yaml
 
 
 @click.group("mig")
@@ -38,11 +39,10 @@ def plan_cmd(ctx, gpu, layout, fill, name, device_filter, fmt, out_config, out_v
     slice sums alone are not enough. A refusal (exit 2) names the instance that finds no
     placement and the largest layouts of the request that fit.
     """
-    from provision.matrix.cache import load_cached
-    from provision.mig import ansible_vars, gpu_profile_set, mig_parted_yaml, plan_layout
-    from provision.resources import compat_dir
+    from provision.mig.parted import ansible_vars, mig_parted_yaml
+    from provision.mig.planner import gpu_profile_set, plan_layout
 
-    matrix = load_cached(compat_dir((ctx.obj or {}).get("compat_dir")))
+    matrix = load_matrix(ctx)
     canonical, profile_set, members = gpu_profile_set(matrix, gpu)
     pci_ids = tuple(dict.fromkeys(p for g in members for p in g.pci_device_ids))
     plan = plan_layout(profile_set, layout, fill, gpu=canonical, name=name, pci_device_ids=pci_ids,

@@ -3,25 +3,22 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
-from provision.cli_topics import TOPICS
-from provision.output import dumps_json, dumps_yaml, markdown_table, print_table
-from provision.plan import PlanRequest
+from provision.cli.common import load_matrix
+from provision.cli.output import dumps_json, dumps_yaml, markdown_table, print_table
+from provision.matrix.listing import TOPICS
+from provision.plan.model import PlanRequest
+
+if TYPE_CHECKING:
+    from provision.plan.model import Plan
 
 compat_option = click.option(
     "--compat-dir", type=click.Path(file_okay=False), default=None,
     help="Compatibility data to use instead of the built-in compat/.",
 )
-
-
-def load(ctx: click.Context, compat_dir: str | None):
-    from provision.matrix.cache import load_cached
-    from provision.resources import compat_dir as find
-
-    explicit = compat_dir or (ctx.obj or {}).get("compat_dir")
-    return load_cached(find(explicit))
 
 
 @click.command("plan")
@@ -46,19 +43,21 @@ def plan_cmd(ctx, os_id, gpu, driver, cuda, cudnn, framework, policy, mig, fmt, 
     Every choice comes with its reason; an impossible combination is refused with the
     candidates tried and the pin changes that would work (exit 2).
     """
-    from provision.commands.plan import plan, plan_rows
+    from provision.plan.model import write_plan
+    from provision.plan.resolve import resolve
 
-    matrix = load(ctx, compat_dir)
+    matrix = load_matrix(ctx, compat_dir)
     request = PlanRequest(os=os_id, gpu=gpu, driver=driver, cuda=cuda, cudnn=cudnn, framework=framework, policy=policy,
                           mig=mig)
-    result = plan(request, matrix=matrix, lock=lock)
-    p = result.plan
+    p = resolve(matrix, request)
+    if lock is not None:
+        write_plan(p, lock)
     if fmt == "json":
         sys.stdout.write(dumps_json(p.to_dict()))
     elif fmt == "yaml":
         sys.stdout.write(dumps_yaml(p.to_dict()))
     elif fmt == "ansible":
-        from provision.ansible_vars import to_extravars
+        from provision.fleet.extravars import to_extravars
 
         sys.stdout.write(dumps_yaml(to_extravars(p)))
     else:
@@ -69,6 +68,27 @@ def plan_cmd(ctx, os_id, gpu, driver, cuda, cudnn, framework, policy, mig, fmt, 
     if lock:
         click.echo(f"wrote {lock}", err=True)
     return 0
+
+
+def plan_rows(p: Plan) -> list[tuple[str, str]]:
+    """(component, choice) rows of the human summary."""
+    rows = [
+        ("os", f"{p.os.name} ({p.os.id}, {p.os.pkg_manager}, repo {p.os.nvidia_repo})"),
+        ("gpu", f"{p.gpu.name} ({p.gpu.id}, sm_{p.gpu.compute_capability.replace('.', '')}, {p.gpu.architecture})"),
+        ("driver", f"R{p.driver.branch} {p.driver.version} ({p.driver.branch_type}), {p.driver.kernel_module} kernel modules"),
+        ("packages", ", ".join(f"{pkg.name} {pkg.version}" for pkg in p.driver.packages)
+         + (f" [stream {p.driver.module_stream}]" if p.driver.module_stream else "")),
+        ("cuda", f"{p.cuda.version} ({p.cuda.label})" + (" via minor-version compatibility" if p.cuda.compatibility == "minor-version" else "")),
+        ("cudnn", f"{p.cudnn.version} (from the {p.cudnn.origin})" if p.cudnn else "-"),
+        ("framework", f"{p.framework.requirement} [{p.framework.variant}]" + (f" from {p.framework.index_url}" if p.framework.index_url else "")
+         if p.framework else "-"),
+        ("fabric manager", f"{p.fabric_manager.package} {p.fabric_manager.version}" if p.fabric_manager else "not needed"),
+        ("container toolkit", p.container_toolkit.version),
+        ("base image", p.base_image),
+        ("driver floor", p.driver_floor),
+        ("digest", p.digest()),
+    ]
+    return rows
 
 
 @click.group("matrix")
@@ -82,9 +102,9 @@ def _listing_command(topic: str) -> click.Command:
     @compat_option
     @click.pass_context
     def command(ctx, fmt, compat_dir):
-        from provision.commands.matrix import listing
+        from provision.matrix.listing import listing
 
-        result = listing(load(ctx, compat_dir), topic)
+        result = listing(load_matrix(ctx, compat_dir), topic)
         if fmt == "json":
             sys.stdout.write(dumps_json(result.records))
         elif fmt == "markdown":
@@ -112,8 +132,8 @@ def check_cmd(ctx, fmt, compat_dir):
     id, unsorted versions, missing minimum driver or source) or an (os, gpu) pair neither
     resolves nor is declared in unsupported.yaml.
     """
-    from provision.commands.matrix import check
     from provision.matrix.loader import build, read_raw
+    from provision.plan.check import check
     from provision.resources import compat_dir as find
 
     directory = find(compat_dir or (ctx.obj or {}).get("compat_dir"))

@@ -8,10 +8,10 @@ import secrets
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from provision.ansible_vars import to_extravars
 from provision.errors import InputError
-from provision.inventory import Inventory, check_inventory, load_fleet, load_inventory
-from provision.plan import Plan, PlanRequest, read_plan
+from provision.fleet.extravars import to_extravars
+from provision.fleet.inventory import Inventory, check_inventory, load_fleet, load_inventory
+from provision.plan.model import Plan, PlanRequest, read_plan
 
 
 class ApplyRequest(NamedTuple):
@@ -96,7 +96,7 @@ def load_plans(plan: str | None, fleet: str | None, matrix_loader: Callable[[], 
             continue
         if matrix is None:
             matrix = matrix_loader()
-        from provision.matrix.resolve import resolve
+        from provision.plan.resolve import resolve
 
         try:
             plans[fg.group] = resolve(matrix, PlanRequest(**fg.request))
@@ -133,7 +133,7 @@ def roles_digest(playbooks: str) -> str:
 
 
 def apply(request: ApplyRequest, *, matrix_loader: Callable[[], Any], playbooks: str, on_event=None):
-    from provision.runner import run_playbook
+    from provision.fleet.runner import run_playbook
 
     prepared = prepare(request, matrix_loader=matrix_loader, playbooks=playbooks)
     result = run_playbook(

@@ -5,47 +5,7 @@ import sys
 
 import click
 
-from provision.errors import InputError
-
-
-def plan_source(f):
-    """--plan FILE, or the plan flags of `provision plan`."""
-    options = [
-        click.option("--plan", "plan_file", type=click.Path(dir_okay=False), help="Plan lock file (provision plan --lock)."),
-        click.option("--os", "os_id", metavar="OS", help="Or plan on the fly: host OS id."),
-        click.option("--gpu", metavar="GPU", help="Or plan on the fly: GPU id."),
-        click.option("--driver", metavar="BRANCH|RELEASE", help="Plan pin: driver."),
-        click.option("--cuda", metavar="X.Y[.Z]", help="Plan pin: CUDA."),
-        click.option("--cudnn", metavar="VERSION", help="Plan pin: cuDNN."),
-        click.option("--framework", metavar="NAME[==VERSION]", help="Plan pin: framework."),
-        click.option("--policy", type=click.Choice(["lts", "latest"]), default="lts", show_default=True),
-    ]
-    for option in reversed(options):
-        f = option(f)
-    return f
-
-
-def load_plan(ctx, plan_file, os_id, gpu, driver, cuda, cudnn, framework, policy):
-    from provision.plan import PlanRequest, read_plan
-
-    if plan_file:
-        if os_id or gpu:
-            raise InputError("give either --plan or --os/--gpu, not both", hint="a lock file already fixes OS and GPU")
-        return read_plan(plan_file)
-    if not (os_id and gpu):
-        raise InputError("no plan: give --plan FILE or --os OS --gpu GPU", hint="provision plan --os rocky9 --gpu a100-pcie --lock plan.lock.json")
-    from provision.matrix.cache import load_cached
-    from provision.matrix.resolve import resolve
-    from provision.resources import compat_dir
-
-    matrix = load_cached(compat_dir((ctx.obj or {}).get("compat_dir")))
-    return resolve(matrix, PlanRequest(os_id, gpu, driver, cuda, cudnn, framework, policy))
-
-
-def default_variant(plan, variant):
-    if variant:
-        return variant
-    return plan.framework.name if plan.framework else "base"
+from provision.cli.common import default_variant, load_plan, plan_source
 
 
 @click.command("render")
@@ -57,7 +17,7 @@ def default_variant(plan, variant):
 @click.pass_context
 def render_cmd(ctx, plan_file, os_id, gpu, driver, cuda, cudnn, framework, policy, variant, out, templates, base_image):
     """Write the Dockerfile (and its files) for a plan's image. Needs no Docker engine."""
-    from provision.render import render_image, write_context
+    from provision.images.render import render_image, write_context
 
     plan = load_plan(ctx, plan_file, os_id, gpu, driver, cuda, cudnn, framework, policy)
     rendered = render_image(plan, default_variant(plan, variant), templates=templates, base_image=base_image)
@@ -88,8 +48,8 @@ def build_cmd(ctx, plan_file, os_id, gpu, driver, cuda, cudnn, framework, policy
     """
     import tempfile
 
-    from provision.build import build_image, client, push_image, write_image_lock
-    from provision.render import render_image, write_context
+    from provision.images.build import build_image, client, push_image, write_image_lock
+    from provision.images.render import render_image, write_context
 
     plan = load_plan(ctx, plan_file, os_id, gpu, driver, cuda, cudnn, framework, policy)
     variant = default_variant(plan, variant)
@@ -158,7 +118,7 @@ def ci_group():
 @click.option("--out", default=".github/workflows/provision-images.yml", show_default=True, type=click.Path(dir_okay=False))
 def ci_github_cmd(plans, plans_dir, variant, repo, push, out):
     """Write a GitHub Actions workflow that builds the plans' images as a matrix with a pinned provision."""
-    from provision.cigen import github_workflow
+    from provision.images.ci import github_workflow
 
     text = github_workflow(list(plans), plans_dir, variant=variant, repo=repo, push=push, out=out)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)

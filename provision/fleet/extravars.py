@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from provision.plan import Plan
+from provision.plan.model import Plan
 
 
 def to_extravars(plan: Plan) -> dict[str, Any]:
@@ -43,7 +43,7 @@ def mig_vars(plan: Plan) -> dict[str, Any]:
     mig = plan.mig
     if mig is None:
         return {"provision_mig_enabled": False}
-    from provision.mig import parted_config
+    from provision.mig.parted import parted_config
 
     return {
         "provision_mig_enabled": True,

@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from provision.cli.common import load_matrix
 from provision.errors import InputError
 
 
@@ -46,7 +47,7 @@ def doctor_cmd(ctx, local, inventory, limit, files, app_logs, save_dir, sudo, fm
         raise InputError("--app-log goes with --local", hint="with --from-file, pass the log as another --from-file")
     if limit and not inventory:
         raise InputError("--limit needs -i INVENTORY", hint="provision doctor -i hosts.yml --limit gpu-a")
-    matrix = _matrix(ctx)
+    matrix = load_matrix(ctx)
     if files:
         report = diagnose_files(list(files), matrix=matrix)
         return _emit_single(report, fmt)
@@ -55,7 +56,7 @@ def doctor_cmd(ctx, local, inventory, limit, files, app_logs, save_dir, sudo, fm
     if local:
         collected = [collect_local()]
     else:
-        from provision.inventory import load_inventory, select_hosts
+        from provision.fleet.inventory import load_inventory, select_hosts
 
         inv = load_inventory(inventory)
         collected = collect_remote(select_hosts(inv, limit), os.path.abspath(inventory), sudo=sudo)
@@ -77,13 +78,6 @@ def doctor_cmd(ctx, local, inventory, limit, files, app_logs, save_dir, sudo, fm
     return _emit_hosts(results, fmt)
 
 
-def _matrix(ctx):
-    from provision.matrix.cache import load_cached
-    from provision.resources import compat_dir
-
-    return load_cached(compat_dir((ctx.obj or {}).get("compat_dir")))
-
-
 def _read(path: str) -> str:
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
@@ -93,7 +87,7 @@ def _read(path: str) -> str:
 
 
 def _rows(findings, host: str | None = None):
-    from provision.output import clip
+    from provision.text import clip
 
     rows = []
     for f in findings:
@@ -103,7 +97,7 @@ def _rows(findings, host: str | None = None):
 
 
 def _emit_single(report, fmt: str) -> int:
-    from provision.output import dumps_json, print_table
+    from provision.cli.output import dumps_json, print_table
 
     if fmt == "json":
         sys.stdout.write(dumps_json(report.to_dict()))
@@ -118,7 +112,7 @@ def _emit_single(report, fmt: str) -> int:
 
 
 def _emit_hosts(results, fmt: str) -> int:
-    from provision.output import dumps_json, print_table
+    from provision.cli.output import dumps_json, print_table
 
     hosts, flat, code = [], [], 0
     for host, report, problem in results:
@@ -137,7 +131,7 @@ def _emit_hosts(results, fmt: str) -> int:
     if fmt == "json":
         sys.stdout.write(dumps_json({"exit_code": code, "hosts": hosts, "findings": flat}))
         return code
-    from provision.output import clip
+    from provision.text import clip
 
     rows = [[f["host"], f["severity"], f["id"], f["title"], clip(f["evidence"], 70), clip(f["fix"], 90)] for f in flat]
     if rows:

@@ -17,17 +17,17 @@ from provision.errors import ProvisionError
 
 # name -> "module:attribute" of the click command, imported on first use.
 COMMANDS = {
-    "plan": "provision.cli_plan:plan_cmd",
-    "matrix": "provision.cli_plan:matrix_group",
-    "apply": "provision.cli_fleet:apply_cmd",
-    "inventory": "provision.cli_fleet:inventory_group",
-    "render": "provision.cli_images:render_cmd",
-    "build": "provision.cli_images:build_cmd",
-    "ci": "provision.cli_images:ci_group",
-    "verify": "provision.cli_verify:verify_cmd",
-    "doctor": "provision.cli_doctor:doctor_cmd",
-    "gpus": "provision.cli_gpus:gpus_cmd",
-    "mig": "provision.cli_mig:mig_group",
+    "plan": "provision.cli.plan:plan_cmd",
+    "matrix": "provision.cli.plan:matrix_group",
+    "apply": "provision.cli.fleet:apply_cmd",
+    "inventory": "provision.cli.fleet:inventory_group",
+    "render": "provision.cli.images:render_cmd",
+    "build": "provision.cli.images:build_cmd",
+    "ci": "provision.cli.images:ci_group",
+    "verify": "provision.cli.verify:verify_cmd",
+    "doctor": "provision.cli.doctor:doctor_cmd",
+    "gpus": "provision.cli.gpus:gpus_cmd",
+    "mig": "provision.cli.mig:mig_group",
 }
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from provision.errors import ToolingError
-from provision.inventory import tool_path
+from provision.tools import tool_path
 
 REBOOT_TASK = "Reboot to activate the new driver."
 

@@ -56,12 +56,6 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, title:
     Console(file=stream).print(table)
 
 
-def clip(text: str, width: int = 110) -> str:
-    """One line of at most width characters (an ellipsis marks a cut)."""
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
 def _text(value: Any) -> str:
     if value is None:
         return "-"

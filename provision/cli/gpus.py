@@ -6,7 +6,8 @@ import sys
 
 import click
 
-from provision.output import dumps_json, markdown_table, plain_table, print_table
+from provision.cli.common import load_matrix
+from provision.cli.output import dumps_json, markdown_table, plain_table, print_table
 from provision.tiers import DEFAULT_WORKLOAD, WORKLOADS, rank, render_svg, table_rows
 from provision.tiers import explain as explain_text
 
@@ -34,10 +35,7 @@ def gpus_cmd(ctx, *, workload_id, fmt, explain, gpu_ids, out, compat_dir):
     memory bandwidth, NVLink, TDP (per watt) and MIG from compat/gpus.yaml, normalised to the
     best catalogued GPU (100). --explain shows the formula for the workload.
     """
-    from provision.matrix.cache import load_cached  # noqa: PLC0415 - only when the command runs
-    from provision.resources import compat_dir as find  # noqa: PLC0415
-
-    matrix = load_cached(find(compat_dir or (ctx.obj or {}).get("compat_dir")))
+    matrix = load_matrix(ctx, compat_dir)
     selected = None
     if gpu_ids:
         selected = []

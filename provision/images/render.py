@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 from provision import __version__
 from provision.errors import InputError
-from provision.plan import Plan, nvidia_require_cuda
+from provision.plan.model import Plan, nvidia_require_cuda
 from provision.resources import images_dir
 
 USER, UID = "app", 10001

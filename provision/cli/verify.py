@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from provision.cli_images import load_plan, plan_source
+from provision.cli.common import load_plan, matrix_loader, plan_source
 from provision.errors import InputError
 
 
@@ -47,7 +47,7 @@ def verify_cmd(ctx, inventory, fleet_file, limit, local, hosts, plan_file, os_id
     from provision.verify import run_verify
 
     if list_checks:
-        from provision.output import print_table
+        from provision.cli.output import print_table
 
         print_table(["check", "what it proves"], _checks())
         return 0
@@ -81,7 +81,7 @@ def verify_cmd(ctx, inventory, fleet_file, limit, local, hosts, plan_file, os_id
         with open(junit_file, "w", encoding="utf-8") as handle:
             handle.write(report.junit())
     if fmt == "json":
-        from provision.output import dumps_json
+        from provision.cli.output import dumps_json
 
         sys.stdout.write(dumps_json(report.to_dict()))
     else:
@@ -105,7 +105,7 @@ def _checks() -> list[tuple[str, str]]:
 
 def _plan_mig(plan) -> dict | None:
     """The layout a plan made with --mig (or a fleet group's mig:) asks for."""
-    from provision.ansible_vars import mig_vars
+    from provision.fleet.extravars import mig_vars
 
     return mig_vars(plan) if plan.mig else None
 
@@ -139,9 +139,8 @@ def _read_mig_vars(path: str) -> dict:
 
 
 def _inventory_targets(ctx, inventory, plan_file, fleet_file, limit, plan_flags, gpu_count, mig):
-    from provision.cli_fleet import _matrix_loader
-    from provision.commands.apply import load_plans, plan_of_host
-    from provision.inventory import load_inventory, select_hosts
+    from provision.fleet.apply import load_plans, plan_of_host
+    from provision.fleet.inventory import load_inventory, select_hosts
     from provision.verify import Target
 
     if plan_flags:
@@ -150,7 +149,7 @@ def _inventory_targets(ctx, inventory, plan_file, fleet_file, limit, plan_flags,
     if bool(plan_file) == bool(fleet_file):
         raise InputError("with -i give exactly one of --plan and --fleet", hint="the same ones provision apply was given")
     inv = load_inventory(inventory)
-    plans, _ = load_plans(plan_file, fleet_file, _matrix_loader(ctx))
+    plans, _ = load_plans(plan_file, fleet_file, matrix_loader(ctx))
     names = select_hosts(inv, limit)
     targets = []
     for name in names:
@@ -166,7 +165,7 @@ def _inventory_targets(ctx, inventory, plan_file, fleet_file, limit, plan_flags,
 
 
 def _print_table(report) -> None:
-    from provision.output import print_table
+    from provision.cli.output import print_table
 
     print_table(["host", "check", "status", "evidence / reason"], report.table_rows(),
                 title="provision verify")

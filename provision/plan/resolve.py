@@ -34,10 +34,9 @@ import re
 from collections.abc import Iterator
 from typing import NamedTuple
 
-
 from provision.errors import BadPin, InputError, NoCompatibleStack, UnknownId
 from provision.matrix import model as m
-from provision.plan import (
+from provision.plan.model import (
     Package,
     Plan,
     PlanCuda,
@@ -126,8 +125,9 @@ def resolve(matrix: m.Matrix, request: PlanRequest, *, suggest: bool = True) -> 
 
 def _mig(matrix: m.Matrix, request: PlanRequest):
     """The MIG layout of the request, placed by provision.mig (refusals explain themselves)."""
-    from provision import mig as migplan
-    from provision.plan import PlanMig, PlanMigInstance
+    from provision.mig import planner as migplan
+    from provision.mig.parted import cgi_args
+    from provision.plan.model import PlanMig, PlanMigInstance
 
     gpu_id, profile_set, members = migplan.gpu_profile_set(matrix, request.gpu)
     placed = migplan.plan_layout(profile_set, request.mig, gpu=gpu_id,
@@ -140,7 +140,7 @@ def _mig(matrix: m.Matrix, request: PlanRequest):
     if not profile_set.placements_confirmed:
         text += f"; placements of the same die family ({profile_set.note})"
     mig = PlanMig(placed.name, profile_set.id, profile_set.placements_confirmed, instances,
-                  placed.devices(), migplan.cgi_args(placed))
+                  placed.devices(), cgi_args(placed))
     return mig, Reason("mig", text, profile_set.sources[0] if profile_set.sources else None)
 
 

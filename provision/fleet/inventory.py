@@ -1,14 +1,13 @@
 """Inventories (read through ansible-inventory, so INI, YAML, directories and plugins all work),
 fleet files (inventory group -> plan request), and the checks run before any host is touched."""
 
-import contextlib
 import json
 import os
-import shutil
 import subprocess
 from typing import Any, NamedTuple
 
-from provision.errors import InputError, ToolingError
+from provision.errors import InputError
+from provision.tools import ansible_inventory_binary
 
 KNOWN_CONNECTIONS = {"ssh", "paramiko", "smart", "local", "docker", "community.docker.docker", "podman",
                      "containers.podman.podman", "ansible.builtin.ssh", "ansible.builtin.local",
@@ -19,32 +18,6 @@ class Inventory(NamedTuple):
     path: str
     hosts: dict[str, dict[str, Any]]  # host -> hostvars
     groups: dict[str, set[str]]  # group -> every host in it (children included)
-
-
-def tool_path() -> str:
-    """PATH with this interpreter's bin directory first: ansible-core's commands are installed
-    beside provision's, also when its virtual environment is not activated (pipx, .venv/bin/provision)."""
-    import sys
-
-    return os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
-
-
-@contextlib.contextmanager
-def tools_on_path():
-    """PATH = tool_path() meanwhile: testinfra's ansible backend runs ansible-inventory from PATH."""
-    old = os.environ.get("PATH", "")
-    os.environ["PATH"] = tool_path()
-    try:
-        yield
-    finally:
-        os.environ["PATH"] = old
-
-
-def ansible_inventory_binary() -> str:
-    exe = shutil.which("ansible-inventory", path=tool_path())
-    if exe is None:
-        raise ToolingError("ansible-inventory is not installed", hint="pip install provision (it depends on ansible-core)")
-    return exe
 
 
 def load_inventory(path: str) -> Inventory:

@@ -5,17 +5,8 @@ import time
 
 import click
 
-from provision.output import print_table
-
-
-def _matrix_loader(ctx):
-    def load():
-        from provision.matrix.cache import load_cached
-        from provision.resources import compat_dir
-
-        return load_cached(compat_dir((ctx.obj or {}).get("compat_dir")))
-
-    return load
+from provision.cli.common import matrix_loader
+from provision.cli.output import print_table
 
 
 class LiveProgress:
@@ -100,7 +91,7 @@ def apply_cmd(ctx, inventory, plan_file, fleet_file, limit, tags, check, diff, s
     folder as the run's artifacts. Exit 0 when every host succeeded, 1 when some failed or were
     unreachable, 2 for bad input (nothing is touched then).
     """
-    from provision.commands.apply import ApplyRequest, apply
+    from provision.fleet.apply import ApplyRequest, apply
     from provision.resources import playbooks_dir
 
     extra_vars = {}
@@ -114,7 +105,7 @@ def apply_cmd(ctx, inventory, plan_file, fleet_file, limit, tags, check, diff, s
                            diff=diff, serial=serial, max_fail_percentage=max_fail_percentage,
                            allow_disruption=allow_disruption, extra_vars=extra_vars, run_dir=run_dir, full=full)
     with LiveProgress() as progress:
-        prepared, result = apply(request, matrix_loader=_matrix_loader(ctx), playbooks=playbooks_dir(), on_event=progress)
+        prepared, result = apply(request, matrix_loader=matrix_loader(ctx), playbooks=playbooks_dir(), on_event=progress)
     rows = [(h.host, h.ok, h.changed, h.failed, h.unreachable, "yes" if h.rebooted else "no", h.cause or "")
             for h in result.hosts]
     _write_summary(prepared, result, check)
@@ -153,7 +144,7 @@ def inventory_group():
 @click.pass_context
 def inventory_check_cmd(ctx, inventory, fleet_file):
     """Every host in exactly one planned group, connection variables sane. Exit 2 on problems."""
-    from provision.inventory import check_inventory, load_fleet, load_inventory
+    from provision.fleet.inventory import check_inventory, load_fleet, load_inventory
 
     inv = load_inventory(inventory)
     groups = [g.group for g in load_fleet(fleet_file)] if fleet_file else None

@@ -1,0 +1,56 @@
+"""What the command groups share: the catalogue (loaded once per command, from --compat-dir or
+the built-in data) and the plan options of render, build and verify."""
+
+import click
+
+from provision.errors import InputError
+
+
+def load_matrix(ctx: click.Context, compat_dir: str | None = None):
+    """The catalogue: this command's --compat-dir, else the global one, else the built-in data."""
+    from provision.matrix.cache import load_cached
+    from provision.resources import compat_dir as find
+
+    return load_cached(find(compat_dir or (ctx.obj or {}).get("compat_dir")))
+
+
+def matrix_loader(ctx: click.Context):
+    """load_matrix() deferred, for commands that need the catalogue only for some inputs."""
+    return lambda: load_matrix(ctx)
+
+
+def plan_source(f):
+    """--plan FILE, or the plan flags of `provision plan`."""
+    options = [
+        click.option("--plan", "plan_file", type=click.Path(dir_okay=False), help="Plan lock file (provision plan --lock)."),
+        click.option("--os", "os_id", metavar="OS", help="Or plan on the fly: host OS id."),
+        click.option("--gpu", metavar="GPU", help="Or plan on the fly: GPU id."),
+        click.option("--driver", metavar="BRANCH|RELEASE", help="Plan pin: driver."),
+        click.option("--cuda", metavar="X.Y[.Z]", help="Plan pin: CUDA."),
+        click.option("--cudnn", metavar="VERSION", help="Plan pin: cuDNN."),
+        click.option("--framework", metavar="NAME[==VERSION]", help="Plan pin: framework."),
+        click.option("--policy", type=click.Choice(["lts", "latest"]), default="lts", show_default=True),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def load_plan(ctx, plan_file, os_id, gpu, driver, cuda, cudnn, framework, policy):
+    from provision.plan.model import PlanRequest, read_plan
+
+    if plan_file:
+        if os_id or gpu:
+            raise InputError("give either --plan or --os/--gpu, not both", hint="a lock file already fixes OS and GPU")
+        return read_plan(plan_file)
+    if not (os_id and gpu):
+        raise InputError("no plan: give --plan FILE or --os OS --gpu GPU", hint="provision plan --os rocky9 --gpu a100-pcie --lock plan.lock.json")
+    from provision.plan.resolve import resolve
+
+    return resolve(load_matrix(ctx), PlanRequest(os_id, gpu, driver, cuda, cudnn, framework, policy))
+
+
+def default_variant(plan, variant):
+    if variant:
+        return variant
+    return plan.framework.name if plan.framework else "base"

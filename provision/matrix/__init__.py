@@ -1,0 +1,1 @@
+"""The compatibility catalogue: its model, loader, invariants, cache, listings and refresh."""

@@ -1,0 +1,1 @@
+"""MIG layouts: the placement planner and what a host needs for a layout."""
