@@ -16,6 +16,7 @@ Needs root (it starts dockerd when none runs). Exit 1 if a goal is missed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -59,20 +60,25 @@ def main() -> int:
         fleet = env_obj.fleet_file()
         apply = [sys.executable, "-m", "provision", "apply", "-i", str(inv3), "--fleet", str(fleet)]
         subprocess.run([*apply, "--run-dir", str(work / "converge")], check=True, capture_output=True, env=env)
-        setup = timed([str(venv_bin / "ansible"), "-i", str(inv3), "gpu-a", "-m", "ansible.builtin.setup"], args.runs, env)
+        setup = timed(
+            [str(venv_bin / "ansible"), "-i", str(inv3), "gpu-a", "-m", "ansible.builtin.setup"], args.runs, env
+        )
         one = timed([*apply, "--limit", "gpu-a", "--run-dir", str(work / "one")], args.runs, env)
         three = timed([*apply, "--run-dir", str(work / "three")], args.runs, env)
         summary = json.loads((work / "three" / "summary.json").read_text())
         full = timed([*apply, "--limit", "gpu-a", "--full", "--run-dir", str(work / "full")], 1, env)
-        verify = timed([sys.executable, "-m", "provision", "verify", "-i", str(inv3), "--fleet", str(fleet),
-                        "--format", "json"], args.runs, env)
-        doctor = timed([sys.executable, "-m", "provision", "doctor", "-i", str(inv3), "--format", "json"], args.runs, env)
+        verify = timed(
+            [sys.executable, "-m", "provision", "verify", "-i", str(inv3), "--fleet", str(fleet), "--format", "json"],
+            args.runs,
+            env,
+        )
+        doctor = timed(
+            [sys.executable, "-m", "provision", "doctor", "-i", str(inv3), "--format", "json"], args.runs, env
+        )
         changed = {h: v["changed"] for h, v in summary["hosts"].items()}
     finally:
-        try:
+        with contextlib.suppress(StopIteration):
             next(gen)
-        except StopIteration:
-            pass
     print(f"{'measurement':55} {'median':>8}")
     print(f"{'ansible -m setup, one host':55} {setup:7.2f}s")
     print(f"{'provision apply re-run, one provisioned host':55} {one:7.2f}s  ({one / setup:.2f}x setup)")
@@ -81,8 +87,10 @@ def main() -> int:
     print(f"{'provision verify, three hosts (15 checks each)':55} {verify:7.2f}s")
     print(f"{'provision doctor -i, three hosts':55} {doctor:7.2f}s")
     print(f"changed on the three-host re-run: {changed}")
-    goals = [("idempotent re-run <= 3x ansible -m setup", one / setup <= 3.0),
-             ("re-run changes nothing", all(v == 0 for v in changed.values()))]
+    goals = [
+        ("idempotent re-run <= 3x ansible -m setup", one / setup <= 3.0),
+        ("re-run changes nothing", all(v == 0 for v in changed.values())),
+    ]
     for name, ok in goals:
         print(f"goal: {name}: {'met' if ok else 'MISSED'}")
     return 0 if all(ok for _, ok in goals) else 1

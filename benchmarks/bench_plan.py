@@ -44,8 +44,11 @@ def timed(cmd: list[str], env: dict[str, str], runs: int, fresh_cache: bool = Fa
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=21)
-    parser.add_argument("--provision", default=str(Path(sys.executable).with_name("provision")),
-                        help="the provision executable (default: next to this Python)")
+    parser.add_argument(
+        "--provision",
+        default=str(Path(sys.executable).with_name("provision")),
+        help="the provision executable (default: next to this Python)",
+    )
     args = parser.parse_args()
     python = str(Path(args.provision).with_name("python"))
     if not Path(python).exists():
@@ -65,8 +68,9 @@ def main() -> int:
     cold = timed(plan, env, max(5, args.runs // 3), fresh_cache=True)
 
     start = time.perf_counter()
-    out = subprocess.run([args.provision, "matrix", "check", "--format", "json"], env=env, capture_output=True,
-                         text=True, check=False)
+    out = subprocess.run(
+        [args.provision, "matrix", "check", "--format", "json"], env=env, capture_output=True, text=True, check=False
+    )
     check_wall = time.perf_counter() - start
     report = json.loads(out.stdout)
     resolved = {k: v["resolved"] for k, v in report["requests"].items()}

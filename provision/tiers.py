@@ -38,7 +38,11 @@ FP8_TRAINING_WEIGHT = 0.25
 # Tier label from the score's ratio to the catalogue's best score on the workload: each tier
 # starts at half the floor of the one above (scores are multiplicative, so bands are too).
 TIERS: tuple[tuple[str, float], ...] = (
-    ("S", 0.5), ("A", 0.25), ("B", 0.125), ("C", 0.0625), ("D", 0.0),
+    ("S", 0.5),
+    ("A", 0.25),
+    ("B", 0.125),
+    ("C", 0.0625),
+    ("D", 0.0),
 )
 
 
@@ -97,8 +101,13 @@ class RankedGpu(NamedTuple):
             "ratio_to_best": round(self.ratio, 4),
             "workload": self.workload,
             "terms": {
-                t.metric: {"value": round(t.value, 3), "unit": t.unit, "weight": t.weight,
-                           "normalised": round(t.normalised, 4), "factor": round(t.factor, 4)}
+                t.metric: {
+                    "value": round(t.value, 3),
+                    "unit": t.unit,
+                    "weight": t.weight,
+                    "normalised": round(t.normalised, 4),
+                    "factor": round(t.factor, 4),
+                }
                 for t in self.terms
             },
             "inputs": {
@@ -117,6 +126,7 @@ class RankedGpu(NamedTuple):
 
 
 # -- metrics -------------------------------------------------------------------------------------
+
 
 def training_precision_tflops(gpu: Gpu) -> float:
     """Dense tensor TFLOPS at the training precision: BF16, or FP16 (loss scaling) without BF16."""
@@ -155,89 +165,112 @@ def mig_instances(gpu: Gpu, matrix: Matrix) -> float:
 
 
 TRAIN = Metric(
-    "train_tflops", "training TFLOPS", "TFLOPS",
+    "train_tflops",
+    "training TFLOPS",
+    "TFLOPS",
     "dense BF16 tensor TFLOPS (FP16 where the GPU has no BF16), plus "
     f"{FP8_TRAINING_WEIGHT:g} x the extra dense FP8 TFLOPS where the GPU has FP8 "
     "(mixed FP8 training gains well under 2x)",
     lambda g, m: training_tflops(g),
 )
 INFER = Metric(
-    "infer_tflops", "inference TFLOPS", "TFLOPS",
+    "infer_tflops",
+    "inference TFLOPS",
+    "TFLOPS",
     "best dense tensor TFLOPS a served model uses: FP8 where supported, else BF16/FP16",
     lambda g, m: inference_tflops(g),
 )
 MEMORY = Metric(
-    "memory_gb", "memory", "GB",
+    "memory_gb",
+    "memory",
+    "GB",
     "GPU memory capacity (model, optimizer state, activations, KV cache)",
     lambda g, m: g.memory_gb,
 )
 BANDWIDTH = Metric(
-    "bandwidth_gbs", "memory bandwidth", "GB/s",
+    "bandwidth_gbs",
+    "memory bandwidth",
+    "GB/s",
     "GPU memory bandwidth",
     lambda g, m: g.memory_bandwidth_gbs,
 )
 INTERCONNECT = Metric(
-    "interconnect_gbs", "GPU-to-GPU", "GB/s",
+    "interconnect_gbs",
+    "GPU-to-GPU",
+    "GB/s",
     f"NVLink bandwidth per GPU; x {POINT_TO_POINT_NVLINK_SHARE:g} when linked by bridge or mesh "
     f"rather than all-to-all through NVSwitch; {PCIE_X16_GBS:g} GB/s (PCIe Gen4 x16) without "
     "NVLink",
     lambda g, m: interconnect_gbs(g),
 )
 TFLOPS_PER_W = Metric(
-    "tflops_per_w", "TFLOPS/W", "TFLOPS/W",
+    "tflops_per_w",
+    "TFLOPS/W",
+    "TFLOPS/W",
     "inference TFLOPS (FP8 where supported, else BF16/FP16) per watt of board TDP",
     lambda g, m: inference_tflops(g) / g.tdp_w,
 )
 BANDWIDTH_PER_W = Metric(
-    "bandwidth_per_w", "GB/s per W", "GB/s/W",
+    "bandwidth_per_w",
+    "GB/s per W",
+    "GB/s/W",
     "memory bandwidth per watt of board TDP",
     lambda g, m: g.memory_bandwidth_gbs / g.tdp_w,
 )
 MIG = Metric(
-    "mig_instances", "MIG instances", "instances",
+    "mig_instances",
+    "MIG instances",
+    "instances",
     "isolated instances per GPU: the most 1g MIG instances (mig.yaml), 1 without MIG",
     mig_instances,
 )
 
-WORKLOADS: dict[str, Workload] = {w.id: w for w in (
-    Workload(
-        "training", "Training (single node and multi-GPU)",
-        "Training is bound by tensor throughput at BF16 (FP8 partly), needs memory for weights, "
-        "optimizer state and activations, streams them at memory bandwidth, and scales across "
-        "GPUs over NVLink.",
-        (Term(TRAIN, 0.45), Term(MEMORY, 0.20), Term(BANDWIDTH, 0.20), Term(INTERCONNECT, 0.15)),
-    ),
-    Workload(
-        "inference", "Inference and serving",
-        "Token generation is memory-bandwidth bound, capacity sets model size and KV cache, "
-        "prefill uses FP8 tensor throughput; tensor parallelism needs some GPU-to-GPU bandwidth "
-        "and MIG lets one card serve several isolated small models.",
-        (Term(BANDWIDTH, 0.35), Term(INFER, 0.25), Term(MEMORY, 0.25), Term(INTERCONNECT, 0.10),
-         Term(MIG, 0.05)),
-    ),
-    Workload(
-        "memory", "Memory capacity (largest model per GPU)",
-        "How large a model or data set fits on one GPU, and how fast it can be swept.",
-        (Term(MEMORY, 0.75), Term(BANDWIDTH, 0.25)),
-    ),
-    Workload(
-        "bandwidth", "Memory-bandwidth-bound kernels (HPC stencils, LLM decode)",
-        "Kernels that stream memory run at the memory bandwidth, whatever the tensor cores do.",
-        (Term(BANDWIDTH, 1.0),),
-    ),
-    Workload(
-        "interconnect", "Multi-GPU scaling (tensor / pipeline parallel, all-reduce)",
-        "Multi-GPU jobs spend their time in collectives: GPU-to-GPU bandwidth first, then compute "
-        "and memory.",
-        (Term(INTERCONNECT, 0.60), Term(TRAIN, 0.25), Term(MEMORY, 0.15)),
-    ),
-    Workload(
-        "efficiency", "Performance per watt",
-        "Work per joule: tensor throughput per watt of TDP, with memory bandwidth per watt for "
-        "the bandwidth-bound part. Board TDP, not measured draw.",
-        (Term(TFLOPS_PER_W, 0.70), Term(BANDWIDTH_PER_W, 0.30)),
-    ),
-)}
+WORKLOADS: dict[str, Workload] = {
+    w.id: w
+    for w in (
+        Workload(
+            "training",
+            "Training (single node and multi-GPU)",
+            "Training is bound by tensor throughput at BF16 (FP8 partly), needs memory for weights, "
+            "optimizer state and activations, streams them at memory bandwidth, and scales across "
+            "GPUs over NVLink.",
+            (Term(TRAIN, 0.45), Term(MEMORY, 0.20), Term(BANDWIDTH, 0.20), Term(INTERCONNECT, 0.15)),
+        ),
+        Workload(
+            "inference",
+            "Inference and serving",
+            "Token generation is memory-bandwidth bound, capacity sets model size and KV cache, "
+            "prefill uses FP8 tensor throughput; tensor parallelism needs some GPU-to-GPU bandwidth "
+            "and MIG lets one card serve several isolated small models.",
+            (Term(BANDWIDTH, 0.35), Term(INFER, 0.25), Term(MEMORY, 0.25), Term(INTERCONNECT, 0.10), Term(MIG, 0.05)),
+        ),
+        Workload(
+            "memory",
+            "Memory capacity (largest model per GPU)",
+            "How large a model or data set fits on one GPU, and how fast it can be swept.",
+            (Term(MEMORY, 0.75), Term(BANDWIDTH, 0.25)),
+        ),
+        Workload(
+            "bandwidth",
+            "Memory-bandwidth-bound kernels (HPC stencils, LLM decode)",
+            "Kernels that stream memory run at the memory bandwidth, whatever the tensor cores do.",
+            (Term(BANDWIDTH, 1.0),),
+        ),
+        Workload(
+            "interconnect",
+            "Multi-GPU scaling (tensor / pipeline parallel, all-reduce)",
+            "Multi-GPU jobs spend their time in collectives: GPU-to-GPU bandwidth first, then compute and memory.",
+            (Term(INTERCONNECT, 0.60), Term(TRAIN, 0.25), Term(MEMORY, 0.15)),
+        ),
+        Workload(
+            "efficiency",
+            "Performance per watt",
+            "Work per joule: tensor throughput per watt of TDP, with memory bandwidth per watt for "
+            "the bandwidth-bound part. Board TDP, not measured draw.",
+            (Term(TFLOPS_PER_W, 0.70), Term(BANDWIDTH_PER_W, 0.30)),
+        ),
+    )
+}
 
 DEFAULT_WORKLOAD = "training"
 
@@ -257,8 +290,7 @@ def _positive(value: float | None) -> float:
     return value if value is not None and math.isfinite(value) and value > 0 else 0.0
 
 
-def rank(matrix: Matrix, workload_id: str = DEFAULT_WORKLOAD,
-         gpus: Iterable[str] | None = None) -> list[RankedGpu]:
+def rank(matrix: Matrix, workload_id: str = DEFAULT_WORKLOAD, gpus: Iterable[str] | None = None) -> list[RankedGpu]:
     """The catalogue's GPUs (or the ids in ``gpus``) in score order for a workload.
 
     Metrics are normalised to the best GPU of the whole catalogue, so a GPU's score, ratio and
@@ -268,8 +300,7 @@ def rank(matrix: Matrix, workload_id: str = DEFAULT_WORKLOAD,
     wl = workload(workload_id)
     catalogue = matrix.gpus
     values = {g.id: [_positive(t.metric.value(g, matrix)) for t in wl.terms] for g in catalogue}
-    maxima = [max((v[i] for v in values.values()), default=0.0) or 1.0
-              for i in range(len(wl.terms))]
+    maxima = [max((v[i] for v in values.values()), default=0.0) or 1.0 for i in range(len(wl.terms))]
 
     def score(gpu: Gpu) -> tuple[float, tuple[TermValue, ...]]:
         terms = []
@@ -277,10 +308,11 @@ def rank(matrix: Matrix, workload_id: str = DEFAULT_WORKLOAD,
         for i, term in enumerate(wl.terms):
             value = values[gpu.id][i]
             norm = value / maxima[i]
-            factor = norm ** term.weight if norm > 0 else 0.0
+            factor = norm**term.weight if norm > 0 else 0.0
             total *= factor
-            terms.append(TermValue(term.metric.id, term.metric.label, term.metric.unit, value,
-                                   term.weight, norm, factor))
+            terms.append(
+                TermValue(term.metric.id, term.metric.label, term.metric.unit, value, term.weight, norm, factor)
+            )
         return total, tuple(terms)
 
     scored = [(g, *score(g)) for g in catalogue]
@@ -304,8 +336,9 @@ def explain(workload_id: str) -> str:
     lines = [f"{wl.id}: {wl.title}", "", *textwrap.wrap(wl.rationale, 92), "", wl.formula, ""]
     for t in wl.terms:
         head = f"  {t.metric.id.ljust(width)}  weight {t.weight:.2f}  "
-        lines += textwrap.wrap(f"{t.metric.definition} [{t.metric.unit}]", 92, initial_indent=head,
-                               subsequent_indent=" " * len(head))
+        lines += textwrap.wrap(
+            f"{t.metric.definition} [{t.metric.unit}]", 92, initial_indent=head, subsequent_indent=" " * len(head)
+        )
     tiers = ", ".join(f"{label} ≥ {floor:.4g}" for label, floor in TIERS if floor > 0)
     lines += [
         "",
@@ -321,6 +354,7 @@ def explain(workload_id: str) -> str:
 
 # -- rendering ---------------------------------------------------------------------------------
 
+
 def term_cell(t: TermValue) -> str:
     value = f"{t.value:.3g}" if t.value < 100 else f"{t.value:,.0f}"
     return f"{value} {t.unit}"
@@ -330,8 +364,9 @@ def table_rows(ranked: Sequence[RankedGpu]) -> tuple[list[str], list[list[str]]]
     headers = ["rank", "tier", "gpu", "name", "score"]
     if ranked:
         headers += [t.label for t in ranked[0].terms]
-    rows = [[str(r.rank), r.tier, r.gpu.id, r.gpu.name, f"{r.score:.1f}",
-             *(term_cell(t) for t in r.terms)] for r in ranked]
+    rows = [
+        [str(r.rank), r.tier, r.gpu.id, r.gpu.name, f"{r.score:.1f}", *(term_cell(t) for t in r.terms)] for r in ranked
+    ]
     return headers, rows
 
 
@@ -367,11 +402,12 @@ def render_svg(ranked: Sequence[RankedGpu], title: str) -> str:
             f'<text class="label" x="{left - 8}" y="{base:.1f}" text-anchor="end">{label}</text>',
             f'<rect class="bar tier-{r.tier}" x="{left}" y="{y}" width="{w:.1f}" height="{row_h}" '
             f'rx="3" fill="{colour}"><title>{tooltip}</title></rect>',
-            f'<text class="score" x="{left + w + 6:.1f}" y="{base:.1f}">'
-            f"{r.score:.1f} · {r.tier}</text>",
+            f'<text class="score" x="{left + w + 6:.1f}" y="{base:.1f}">{r.score:.1f} · {r.tier}</text>',
             "</g>",
         ]
-    out.append(f'<text x="{left}" y="{height - 6}" fill="#666">score: 100 = best catalogued GPU '
-               "on every term (provision gpus --explain)</text>")
+    out.append(
+        f'<text x="{left}" y="{height - 6}" fill="#666">score: 100 = best catalogued GPU '
+        "on every term (provision gpus --explain)</text>"
+    )
     out.append("</svg>")
     return "\n".join(out) + "\n"

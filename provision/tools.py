@@ -29,5 +29,7 @@ def tools_on_path():
 def ansible_inventory_binary() -> str:
     exe = shutil.which("ansible-inventory", path=tool_path())
     if exe is None:
-        raise ToolingError("ansible-inventory is not installed", hint="pip install provision (it depends on ansible-core)")
+        raise ToolingError(
+            "ansible-inventory is not installed", hint="pip install provision (it depends on ansible-core)"
+        )
     return exe

@@ -77,10 +77,7 @@ class VersionSpec:
 
     def contains(self, version: DottedVersion | str) -> bool:
         v = version if isinstance(version, DottedVersion) else DottedVersion(version)
-        for op, bound in self._clauses:
-            if not _OPS[op](v, bound):
-                return False
-        return True
+        return all(_OPS[op](v, bound) for op, bound in self._clauses)
 
     def __contains__(self, version: DottedVersion | str) -> bool:
         return self.contains(version)
@@ -122,7 +119,7 @@ def parse_specifier(text: str) -> VersionSpec:
 
 
 def major_minor(version: DottedVersion) -> str:
-    rel = version.release + (0,)
+    rel = (*version.release, 0)
     return f"{rel[0]}.{rel[1]}"
 
 

@@ -12,7 +12,7 @@ from provision.versions import DottedVersion as V
 from provision.versions import major_minor
 
 
-def violations(matrix: Matrix, plan: Plan) -> list[str]:  # noqa: C901, PLR0912, PLR0915
+def violations(matrix: Matrix, plan: Plan) -> list[str]:  # noqa: PLR0915 - one rule a paragraph
     out: list[str] = []
     req = plan.request
     os_rel = matrix.os(req.os)
@@ -83,7 +83,9 @@ def violations(matrix: Matrix, plan: Plan) -> list[str]:  # noqa: C901, PLR0912,
     image = next((i for i in matrix.images if i.cuda == cuda.version), None)
     if image is None or os_rel.cuda_image_os not in image.os:
         out.append(f"no nvidia/cuda {cuda.version} image for {os_rel.cuda_image_os}")
-    elif plan.base_image not in {f"{matrix.image_repository}:{image.tag(f, os_rel.cuda_image_os)}" for f in image.flavours}:
+    elif plan.base_image not in {
+        f"{matrix.image_repository}:{image.tag(f, os_rel.cuda_image_os)}" for f in image.flavours
+    }:
         out.append(f"base image {plan.base_image} is not a published tag")
     if req.cuda and not plan.cuda.version.startswith(req.cuda):
         out.append(f"CUDA {plan.cuda.version} ignores the pin {req.cuda}")
@@ -91,9 +93,10 @@ def violations(matrix: Matrix, plan: Plan) -> list[str]:  # noqa: C901, PLR0912,
     # cuDNN: catalogued matrix must cover CUDA and SM
     if plan.cudnn is not None:
         rel = next((c for c in matrix.cudnn if V(plan.cudnn.version).release[:3] == c.version.release[:3]), None)
-        if rel is not None:
-            if not any(b.cuda.contains(cuda.version) and cc in b.compute_capabilities for b in rel.builds):
-                out.append(f"cuDNN {plan.cudnn.version} matrix does not cover CUDA {cuda.version} on {cc}")
+        if rel is not None and not any(
+            b.cuda.contains(cuda.version) and cc in b.compute_capabilities for b in rel.builds
+        ):
+            out.append(f"cuDNN {plan.cudnn.version} matrix does not cover CUDA {cuda.version} on {cc}")
         if req.cudnn and not plan.cudnn.version.startswith(req.cudnn):
             out.append(f"cuDNN {plan.cudnn.version} ignores the pin {req.cudnn}")
     elif req.cudnn:
@@ -110,7 +113,9 @@ def violations(matrix: Matrix, plan: Plan) -> list[str]:  # noqa: C901, PLR0912,
             if build.cuda != major_minor(cuda.version):
                 out.append(f"framework CUDA {build.cuda} != plan CUDA {cuda.version}")
             gmaj, gmin = (int(x) for x in cc.split("."))
-            sass = any(int(a.split(".")[0]) == gmaj and int(a.split(".")[1]) <= gmin for a in build.compute_capabilities or ())
+            sass = any(
+                int(a.split(".")[0]) == gmaj and int(a.split(".")[1]) <= gmin for a in build.compute_capabilities or ()
+            )
             ptx = build.ptx is not None and V(build.ptx) <= V(cc)
             unpublished = build.compute_capabilities is None and build.ptx is None
             if not (sass or ptx or unpublished):

@@ -46,11 +46,17 @@ class LazyGroup(click.Group):
         return super().get_command(ctx, cmd_name)
 
 
-@click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(
+    cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
+)
 @click.version_option(__version__, "--version", prog_name="provision")
 @click.option("--debug", is_flag=True, help="Show Python tracebacks for unexpected errors.")
-@click.option("--compat-dir", type=click.Path(file_okay=False), envvar="PROVISION_COMPAT_DIR",
-              help="Compatibility data to use instead of the built-in compat/ (env: PROVISION_COMPAT_DIR).")
+@click.option(
+    "--compat-dir",
+    type=click.Path(file_okay=False),
+    envvar="PROVISION_COMPAT_DIR",
+    help="Compatibility data to use instead of the built-in compat/ (env: PROVISION_COMPAT_DIR).",
+)
 @click.pass_context
 def cli(ctx: click.Context, debug: bool, compat_dir: str | None) -> None:
     """Plan, build, provision, verify and diagnose NVIDIA GPU hosts and images from one compatibility plan.
@@ -91,7 +97,11 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         if debug:
             raise
-        _report(f"unexpected {type(exc).__name__}: {exc}", "this is a bug in provision; rerun with --debug and report the traceback", [])
+        _report(
+            f"unexpected {type(exc).__name__}: {exc}",
+            "this is a bug in provision; rerun with --debug and report the traceback",
+            [],
+        )
         return 1
     return rv if isinstance(rv, int) else 0
 

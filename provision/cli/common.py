@@ -22,7 +22,9 @@ def matrix_loader(ctx: click.Context):
 def plan_source(f):
     """--plan FILE, or the plan flags of `provision plan`."""
     options = [
-        click.option("--plan", "plan_file", type=click.Path(dir_okay=False), help="Plan lock file (provision plan --lock)."),
+        click.option(
+            "--plan", "plan_file", type=click.Path(dir_okay=False), help="Plan lock file (provision plan --lock)."
+        ),
         click.option("--os", "os_id", metavar="OS", help="Or plan on the fly: host OS id."),
         click.option("--gpu", metavar="GPU", help="Or plan on the fly: GPU id."),
         click.option("--driver", metavar="BRANCH|RELEASE", help="Plan pin: driver."),
@@ -36,7 +38,7 @@ def plan_source(f):
     return f
 
 
-def load_plan(ctx, plan_file, os_id, gpu, driver, cuda, cudnn, framework, policy):
+def load_plan(ctx, *, plan_file, os_id, gpu, driver, cuda, cudnn, framework, policy):
     from provision.plan.model import PlanRequest, read_plan
 
     if plan_file:
@@ -44,7 +46,10 @@ def load_plan(ctx, plan_file, os_id, gpu, driver, cuda, cudnn, framework, policy
             raise InputError("give either --plan or --os/--gpu, not both", hint="a lock file already fixes OS and GPU")
         return read_plan(plan_file)
     if not (os_id and gpu):
-        raise InputError("no plan: give --plan FILE or --os OS --gpu GPU", hint="provision plan --os rocky9 --gpu a100-pcie --lock plan.lock.json")
+        raise InputError(
+            "no plan: give --plan FILE or --os OS --gpu GPU",
+            hint="provision plan --os rocky9 --gpu a100-pcie --lock plan.lock.json",
+        )
     from provision.plan.resolve import resolve
 
     return resolve(load_matrix(ctx), PlanRequest(os_id, gpu, driver, cuda, cudnn, framework, policy))

@@ -15,16 +15,26 @@ from provision.errors import InputError
 @click.option("--local", "local", is_flag=True, help="Diagnose this machine.")
 @click.option("-i", "--inventory", type=click.Path(), help="Diagnose the hosts of an Ansible inventory (over SSH).")
 @click.option("--limit", metavar="HOSTS", help="With -i: comma-separated hosts or groups.")
-@click.option("--from-file", "files", multiple=True, type=click.Path(),
-              help="Diagnose captured output instead: nvidia-smi -q / -q -x / table / CSV, nvlink -s, a kernel "
-                   "log, an error message, a framework log, a fabric manager log; repeatable.")
-@click.option("--app-log", "app_logs", multiple=True, type=click.Path(dir_okay=False),
-              help="With --local: a framework/application log to read too (out-of-memory, CUDA errors).")
+@click.option(
+    "--from-file",
+    "files",
+    multiple=True,
+    type=click.Path(),
+    help="Diagnose captured output instead: nvidia-smi -q / -q -x / table / CSV, nvlink -s, a kernel "
+    "log, an error message, a framework log, a fabric manager log; repeatable.",
+)
+@click.option(
+    "--app-log",
+    "app_logs",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="With --local: a framework/application log to read too (out-of-memory, CUDA errors).",
+)
 @click.option("--save-dir", type=click.Path(file_okay=False), help="Keep what was collected, one file per host.")
 @click.option("--sudo", is_flag=True, help="With -i: collect through sudo (the kernel log may need it).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.pass_context
-def doctor_cmd(ctx, local, inventory, limit, files, app_logs, save_dir, sudo, fmt):
+def doctor_cmd(ctx, *, local, inventory, limit, files, app_logs, save_dir, sudo, fmt):
     """Name GPU faults and their fixes from nvidia-smi, the kernel log and error output: Xid
     errors, driver/library mismatch, a driver that is not loaded, CUDA newer than the driver,
     throttling and temperatures, ECC / retired pages / remapped rows, inactive NVLink, MIG
@@ -41,8 +51,10 @@ def doctor_cmd(ctx, local, inventory, limit, files, app_logs, save_dir, sudo, fm
     from provision.doctor import diagnose_files, diagnose_texts, split_bundle
 
     if sum(bool(x) for x in (local, inventory, files)) != 1:
-        raise InputError("give exactly one of --local, -i INVENTORY and --from-file FILE",
-                         hint="provision doctor --local, or provision doctor --from-file nvidia-smi-q.xml")
+        raise InputError(
+            "give exactly one of --local, -i INVENTORY and --from-file FILE",
+            hint="provision doctor --local, or provision doctor --from-file nvidia-smi-q.xml",
+        )
     if app_logs and not local:
         raise InputError("--app-log goes with --local", hint="with --from-file, pass the log as another --from-file")
     if limit and not inventory:
@@ -106,8 +118,10 @@ def _emit_single(report, fmt: str) -> int:
         print_table(["severity", "id", "title", "evidence", "fix"], _rows(report.findings), title="provision doctor")
     c = report.counts()
     verdict = "unhealthy" if report.exit_code else "healthy"
-    click.echo(f"{verdict}: {c['error']} error(s), {c['warning']} warning(s), {c['info']} note(s); "
-               f"read {len(report.read)} source(s)")
+    click.echo(
+        f"{verdict}: {c['error']} error(s), {c['warning']} warning(s), {c['info']} note(s); "
+        f"read {len(report.read)} source(s)"
+    )
     return report.exit_code
 
 
@@ -117,10 +131,22 @@ def _emit_hosts(results, fmt: str) -> int:
     hosts, flat, code = [], [], 0
     for host, report, problem in results:
         if report is None:
-            finding = {"id": "host-unreachable", "severity": "error", "title": "the host could not be read",
-                       "evidence": problem or "", "fix": "check SSH access (provision inventory check -i INVENTORY)"}
-            hosts.append({"host": host, "exit_code": 1, "findings": [finding], "counts": {"error": 1, "warning": 0, "info": 0},
-                          "read": []})
+            finding = {
+                "id": "host-unreachable",
+                "severity": "error",
+                "title": "the host could not be read",
+                "evidence": problem or "",
+                "fix": "check SSH access (provision inventory check -i INVENTORY)",
+            }
+            hosts.append(
+                {
+                    "host": host,
+                    "exit_code": 1,
+                    "findings": [finding],
+                    "counts": {"error": 1, "warning": 0, "info": 0},
+                    "read": [],
+                }
+            )
             flat.append({"host": host, **finding})
             code = 1
             continue

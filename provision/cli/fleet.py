@@ -39,8 +39,9 @@ class LiveProgress:
         elif event.kind == "play":
             self._line(f"play: {event.task}")
         elif event.host:
-            st = self.state.setdefault(event.host, {"ok": 0, "changed": 0, "failed": 0, "unreachable": 0, "skipped": 0,
-                                                    "task": ""})
+            st = self.state.setdefault(
+                event.host, {"ok": 0, "changed": 0, "failed": 0, "unreachable": 0, "skipped": 0, "task": ""}
+            )
             st[event.kind] = st.get(event.kind, 0) + 1
             if event.kind == "changed":
                 st["ok"] += 1
@@ -64,14 +65,21 @@ class LiveProgress:
         for col in ("host", "ok", "changed", "failed", "unreachable", "current task"):
             table.add_column(col)
         for host, st in sorted(self.state.items()):
-            table.add_row(host, str(st["ok"]), str(st["changed"]), str(st["failed"]), str(st["unreachable"]), st["task"])
+            table.add_row(
+                host, str(st["ok"]), str(st["changed"]), str(st["failed"]), str(st["unreachable"]), st["task"]
+            )
         return table
 
 
 @click.command("apply")
 @click.option("-i", "--inventory", required=True, type=click.Path(), help="Ansible inventory (file or directory).")
 @click.option("--plan", "plan_file", type=click.Path(dir_okay=False), help="Plan lock file for every host.")
-@click.option("--fleet", "fleet_file", type=click.Path(dir_okay=False), help="Fleet file: inventory group -> plan request or lock.")
+@click.option(
+    "--fleet",
+    "fleet_file",
+    type=click.Path(dir_okay=False),
+    help="Fleet file: inventory group -> plan request or lock.",
+)
 @click.option("--limit", help="Ansible host pattern to restrict the run to.")
 @click.option("--tags", help="Only run tasks with these Ansible tags.")
 @click.option("--check", is_flag=True, help="Dry run: report what would change, change nothing.")
@@ -80,11 +88,28 @@ class LiveProgress:
 @click.option("--max-fail-percentage", type=int, metavar="P", help="Stop the run when more than P% of a batch fails.")
 @click.option("--allow-disruption", is_flag=True, help="Change the driver even while processes use the GPUs.")
 @click.option("--full", is_flag=True, help="Run every task, also on hosts whose recorded state still holds.")
-@click.option("-e", "--extra-vars", "extra", multiple=True, metavar="KEY=VALUE", help="Site variables (role_prefixed names).")
+@click.option(
+    "-e", "--extra-vars", "extra", multiple=True, metavar="KEY=VALUE", help="Site variables (role_prefixed names)."
+)
 @click.option("--run-dir", type=click.Path(file_okay=False), help="Run folder (default: ./provision-runs/<time>-<id>).")
 @click.pass_context
-def apply_cmd(ctx, inventory, plan_file, fleet_file, limit, tags, check, diff, serial, max_fail_percentage,
-              allow_disruption, full, extra, run_dir):
+def apply_cmd(
+    ctx,
+    *,
+    inventory,
+    plan_file,
+    fleet_file,
+    limit,
+    tags,
+    check,
+    diff,
+    serial,
+    max_fail_percentage,
+    allow_disruption,
+    full,
+    extra,
+    run_dir,
+):
     """Provision hosts to match their plan: driver, Fabric Manager, Docker, the Container Toolkit and the plan's MIG layout.
 
     Runs playbooks/site.yml through ansible-runner; its private data directory stays in the run
@@ -98,22 +123,41 @@ def apply_cmd(ctx, inventory, plan_file, fleet_file, limit, tags, check, diff, s
     for item in extra:
         key, sep, value = item.partition("=")
         if not sep or not key or key.startswith("provision_"):
-            raise click.BadParameter(f"{item!r}: give KEY=VALUE with a site variable (provision_* are the plan's)",
-                                     param_hint="-e")
+            raise click.BadParameter(
+                f"{item!r}: give KEY=VALUE with a site variable (provision_* are the plan's)", param_hint="-e"
+            )
         extra_vars[key] = value
-    request = ApplyRequest(inventory=inventory, plan=plan_file, fleet=fleet_file, limit=limit, tags=tags, check=check,
-                           diff=diff, serial=serial, max_fail_percentage=max_fail_percentage,
-                           allow_disruption=allow_disruption, extra_vars=extra_vars, run_dir=run_dir, full=full)
+    request = ApplyRequest(
+        inventory=inventory,
+        plan=plan_file,
+        fleet=fleet_file,
+        limit=limit,
+        tags=tags,
+        check=check,
+        diff=diff,
+        serial=serial,
+        max_fail_percentage=max_fail_percentage,
+        allow_disruption=allow_disruption,
+        extra_vars=extra_vars,
+        run_dir=run_dir,
+        full=full,
+    )
     with LiveProgress() as progress:
-        prepared, result = apply(request, matrix_loader=matrix_loader(ctx), playbooks=playbooks_dir(), on_event=progress)
-    rows = [(h.host, h.ok, h.changed, h.failed, h.unreachable, "yes" if h.rebooted else "no", h.cause or "")
-            for h in result.hosts]
+        prepared, result = apply(
+            request, matrix_loader=matrix_loader(ctx), playbooks=playbooks_dir(), on_event=progress
+        )
+    rows = [
+        (h.host, h.ok, h.changed, h.failed, h.unreachable, "yes" if h.rebooted else "no", h.cause or "")
+        for h in result.hosts
+    ]
     _write_summary(prepared, result, check)
     title = f"provision apply{' --check' if check else ''}: {len(result.hosts)} host(s), {result.status}"
     print_table(("host", "ok", "changed", "failed", "unreachable", "rebooted", "cause"), rows, title=title)
     click.echo(f"run folder: {prepared.run_dir}")
     if not result.hosts:
-        click.echo(f"error: the playbook did not run (ansible-runner status {result.status}); see {result.artifacts}", err=True)
+        click.echo(
+            f"error: the playbook did not run (ansible-runner status {result.status}); see {result.artifacts}", err=True
+        )
         return 1
     return 0 if result.succeeded else 1
 
@@ -123,11 +167,24 @@ def _write_summary(prepared, result, check: bool) -> None:
     import os
 
     doc = {
-        "status": result.status, "rc": result.rc, "check": check, "succeeded": result.succeeded,
+        "status": result.status,
+        "rc": result.rc,
+        "check": check,
+        "succeeded": result.succeeded,
         "artifacts": result.artifacts,
         "plans": {group: plan.digest() for group, plan in prepared.plans.items()},
-        "hosts": {h.host: {"ok": h.ok, "changed": h.changed, "failed": h.failed, "unreachable": h.unreachable,
-                           "skipped": h.skipped, "rebooted": h.rebooted, "cause": h.cause} for h in result.hosts},
+        "hosts": {
+            h.host: {
+                "ok": h.ok,
+                "changed": h.changed,
+                "failed": h.failed,
+                "unreachable": h.unreachable,
+                "skipped": h.skipped,
+                "rebooted": h.rebooted,
+                "cause": h.cause,
+            }
+            for h in result.hosts
+        },
     }
     with open(os.path.join(prepared.run_dir, "summary.json"), "w", encoding="utf-8") as handle:
         json.dump(doc, handle, indent=2)
@@ -140,9 +197,11 @@ def inventory_group():
 
 @inventory_group.command("check")
 @click.option("-i", "--inventory", required=True, type=click.Path(), help="Ansible inventory (file or directory).")
-@click.option("--fleet", "fleet_file", type=click.Path(dir_okay=False), help="Fleet file whose groups must cover every host once.")
+@click.option(
+    "--fleet", "fleet_file", type=click.Path(dir_okay=False), help="Fleet file whose groups must cover every host once."
+)
 @click.pass_context
-def inventory_check_cmd(ctx, inventory, fleet_file):
+def inventory_check_cmd(ctx, *, inventory, fleet_file):
     """Every host in exactly one planned group, connection variables sane. Exit 2 on problems."""
     from provision.fleet.inventory import check_inventory, load_fleet, load_inventory
 
@@ -157,7 +216,9 @@ def inventory_check_cmd(ctx, inventory, fleet_file):
     if problems:
         for p in problems:
             click.echo(f"error: {p.host + ': ' if p.host else ''}{p.text}", err=True)
-        click.echo("hint: fix the inventory or the fleet file; provision apply refuses to start until this passes", err=True)
+        click.echo(
+            "hint: fix the inventory or the fleet file; provision apply refuses to start until this passes", err=True
+        )
         return 2
     click.echo("ok: every host is planned exactly once and its connection variables are sane")
     return 0

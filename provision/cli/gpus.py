@@ -15,18 +15,43 @@ FORMATS = ["table", "json", "markdown", "svg"]
 
 
 @click.command("gpus")
-@click.option("--rank", "workload_id", type=click.Choice(list(WORKLOADS)), default=DEFAULT_WORKLOAD,
-              show_default=True, help="The workload to rank for.")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
-              help="svg: a horizontal bar chart, one bar per GPU.")
-@click.option("--explain", is_flag=True,
-              help="Show the workload's scoring formula and terms (on stderr for json and svg).")
-@click.option("--gpu", "gpu_ids", metavar="GPU", multiple=True,
-              help="Only these GPUs (ids, aliases or groups such as a100-80gb); repeatable.")
-@click.option("--out", type=click.Path(dir_okay=False, writable=True),
-              help="Write the output to this file instead of stdout (e.g. the SVG chart).")
-@click.option("--compat-dir", type=click.Path(file_okay=False), default=None,
-              help="Compatibility data to use instead of the built-in compat/.")
+@click.option(
+    "--rank",
+    "workload_id",
+    type=click.Choice(list(WORKLOADS)),
+    default=DEFAULT_WORKLOAD,
+    show_default=True,
+    help="The workload to rank for.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    default="table",
+    show_default=True,
+    help="svg: a horizontal bar chart, one bar per GPU.",
+)
+@click.option(
+    "--explain", is_flag=True, help="Show the workload's scoring formula and terms (on stderr for json and svg)."
+)
+@click.option(
+    "--gpu",
+    "gpu_ids",
+    metavar="GPU",
+    multiple=True,
+    help="Only these GPUs (ids, aliases or groups such as a100-80gb); repeatable.",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, writable=True),
+    help="Write the output to this file instead of stdout (e.g. the SVG chart).",
+)
+@click.option(
+    "--compat-dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Compatibility data to use instead of the built-in compat/.",
+)
 @click.pass_context
 def gpus_cmd(ctx, *, workload_id, fmt, explain, gpu_ids, out, compat_dir):
     """Rank the catalogued GPUs for a workload from their specs: a tier list.

@@ -17,21 +17,33 @@ def mig_group():
 
 
 @mig_group.command("plan")
-@click.option("--gpu", required=True, metavar="GPU",
-              help="MIG-capable GPU id, alias or group: a100-80gb, a100-sxm4-40gb, h100-sxm, h100-pcie, h200, b200, …")
-@click.option("--layout", metavar="PROFILES",
-              help="GPU instances, comma-separated, Nx to repeat: 3g.40gb,2g.20gb,2x1g.10gb.")
-@click.option("--fill", metavar="PROFILE",
-              help="Add as many instances of PROFILE as fit beside --layout (alone: fill the whole GPU).")
+@click.option(
+    "--gpu",
+    required=True,
+    metavar="GPU",
+    help="MIG-capable GPU id, alias or group: a100-80gb, a100-sxm4-40gb, h100-sxm, h100-pcie, h200, b200, …",
+)
+@click.option(
+    "--layout", metavar="PROFILES", help="GPU instances, comma-separated, Nx to repeat: 3g.40gb,2g.20gb,2x1g.10gb."
+)
+@click.option(
+    "--fill",
+    metavar="PROFILE",
+    help="Add as many instances of PROFILE as fit beside --layout (alone: fill the whole GPU).",
+)
 @click.option("--name", metavar="NAME", help="mig-parted config name (default: provision-<gpu>-<layout>).")
-@click.option("--device-filter", is_flag=True,
-              help="Restrict the mig-parted entry to the GPU's PCI device ids (hosts with mixed GPUs).")
+@click.option(
+    "--device-filter",
+    is_flag=True,
+    help="Restrict the mig-parted entry to the GPU's PCI device ids (hosts with mixed GPUs).",
+)
 @click.option("--format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
 @click.option("--out-config", type=click.Path(dir_okay=False), help="Also write the mig-parted config (YAML) here.")
-@click.option("--out-vars", type=click.Path(dir_okay=False),
-              help="Also write the Ansible provision_mig_* variables (YAML) here.")
+@click.option(
+    "--out-vars", type=click.Path(dir_okay=False), help="Also write the Ansible provision_mig_* variables (YAML) here."
+)
 @click.pass_context
-def plan_cmd(ctx, gpu, layout, fill, name, device_filter, fmt, out_config, out_vars):
+def plan_cmd(ctx, *, gpu, layout, fill, name, device_filter, fmt, out_config, out_vars):
     """Check a MIG layout against the GPU's real placements and lay it out.
 
     A layout is valid when every instance gets a start slot `nvidia-smi mig -lgipp` allows
@@ -45,8 +57,9 @@ def plan_cmd(ctx, gpu, layout, fill, name, device_filter, fmt, out_config, out_v
     matrix = load_matrix(ctx)
     canonical, profile_set, members = gpu_profile_set(matrix, gpu)
     pci_ids = tuple(dict.fromkeys(p for g in members for p in g.pci_device_ids))
-    plan = plan_layout(profile_set, layout, fill, gpu=canonical, name=name, pci_device_ids=pci_ids,
-                       device_filter=device_filter)
+    plan = plan_layout(
+        profile_set, layout, fill, gpu=canonical, name=name, pci_device_ids=pci_ids, device_filter=device_filter
+    )
     doc = plan.to_dict()
     sys.stdout.write(dumps_json(doc) if fmt == "json" else dumps_yaml(doc))
     if (note := plan.note()) is not None:

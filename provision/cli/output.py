@@ -38,8 +38,9 @@ def plain_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], title: st
     return "\n".join(out) + "\n"
 
 
-def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str | None = None,
-                stream: TextIO | None = None) -> None:
+def print_table(
+    headers: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str | None = None, stream: TextIO | None = None
+) -> None:
     """A rich table on a terminal; aligned plain text when piped (cheap to parse, no colour)."""
     stream = stream or sys.stdout
     if not stream.isatty():

@@ -16,28 +16,51 @@ if TYPE_CHECKING:
     from provision.plan.model import Plan
 
 compat_option = click.option(
-    "--compat-dir", type=click.Path(file_okay=False), default=None,
+    "--compat-dir",
+    type=click.Path(file_okay=False),
+    default=None,
     help="Compatibility data to use instead of the built-in compat/.",
 )
 
 
 @click.command("plan")
-@click.option("--os", "os_id", required=True, metavar="OS", help="Host OS id: ubuntu22.04, rocky9, … (provision matrix os).")
+@click.option(
+    "--os", "os_id", required=True, metavar="OS", help="Host OS id: ubuntu22.04, rocky9, … (provision matrix os)."
+)
 @click.option("--gpu", required=True, metavar="GPU", help="GPU id: a100-pcie, h100-sxm, … (provision matrix gpus).")
 @click.option("--driver", metavar="BRANCH|RELEASE", help="Pin the driver branch (580) or release (580.95.05).")
 @click.option("--cuda", metavar="X.Y[.Z]", help="Pin the CUDA version (12.4 or 12.4.1).")
 @click.option("--cudnn", metavar="VERSION", help="Pin the cuDNN major (9), minor (9.1) or build (9.1.0.70).")
-@click.option("--framework", metavar="NAME[==VERSION]", help="Plan a framework build: pytorch==2.5.1, tensorflow==2.15.0.")
-@click.option("--policy", type=click.Choice(["lts", "latest"]), default="lts", show_default=True,
-              help="lts: long-term support and production branches; latest: the newest branch.")
-@click.option("--mig", metavar="LAYOUT", help="Partition the GPUs: a MIG layout such as 3g.40gb,2g.20gb,2x1g.10gb "
-              "(checked as provision mig plan does; the mig role applies it).")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "yaml", "ansible"]), default="table", show_default=True,
-              help="ansible: the provision_* variables, for ansible-playbook site.yml -e @vars.yml.")
-@click.option("--lock", type=click.Path(dir_okay=False, writable=True), help="Also write the plan (JSON) to this lock file.")
+@click.option(
+    "--framework", metavar="NAME[==VERSION]", help="Plan a framework build: pytorch==2.5.1, tensorflow==2.15.0."
+)
+@click.option(
+    "--policy",
+    type=click.Choice(["lts", "latest"]),
+    default="lts",
+    show_default=True,
+    help="lts: long-term support and production branches; latest: the newest branch.",
+)
+@click.option(
+    "--mig",
+    metavar="LAYOUT",
+    help="Partition the GPUs: a MIG layout such as 3g.40gb,2g.20gb,2x1g.10gb "
+    "(checked as provision mig plan does; the mig role applies it).",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", "yaml", "ansible"]),
+    default="table",
+    show_default=True,
+    help="ansible: the provision_* variables, for ansible-playbook site.yml -e @vars.yml.",
+)
+@click.option(
+    "--lock", type=click.Path(dir_okay=False, writable=True), help="Also write the plan (JSON) to this lock file."
+)
 @compat_option
 @click.pass_context
-def plan_cmd(ctx, os_id, gpu, driver, cuda, cudnn, framework, policy, mig, fmt, lock, compat_dir):
+def plan_cmd(ctx, *, os_id, gpu, driver, cuda, cudnn, framework, policy, mig, fmt, lock, compat_dir):
     """Resolve driver, kernel modules, CUDA, cuDNN, framework and image for an OS and a GPU.
 
     Every choice comes with its reason; an impossible combination is refused with the
@@ -47,8 +70,9 @@ def plan_cmd(ctx, os_id, gpu, driver, cuda, cudnn, framework, policy, mig, fmt, 
     from provision.plan.resolve import resolve
 
     matrix = load_matrix(ctx, compat_dir)
-    request = PlanRequest(os=os_id, gpu=gpu, driver=driver, cuda=cuda, cudnn=cudnn, framework=framework, policy=policy,
-                          mig=mig)
+    request = PlanRequest(
+        os=os_id, gpu=gpu, driver=driver, cuda=cuda, cudnn=cudnn, framework=framework, policy=policy, mig=mig
+    )
     p = resolve(matrix, request)
     if lock is not None:
         write_plan(p, lock)
@@ -75,14 +99,32 @@ def plan_rows(p: Plan) -> list[tuple[str, str]]:
     rows = [
         ("os", f"{p.os.name} ({p.os.id}, {p.os.pkg_manager}, repo {p.os.nvidia_repo})"),
         ("gpu", f"{p.gpu.name} ({p.gpu.id}, sm_{p.gpu.compute_capability.replace('.', '')}, {p.gpu.architecture})"),
-        ("driver", f"R{p.driver.branch} {p.driver.version} ({p.driver.branch_type}), {p.driver.kernel_module} kernel modules"),
-        ("packages", ", ".join(f"{pkg.name} {pkg.version}" for pkg in p.driver.packages)
-         + (f" [stream {p.driver.module_stream}]" if p.driver.module_stream else "")),
-        ("cuda", f"{p.cuda.version} ({p.cuda.label})" + (" via minor-version compatibility" if p.cuda.compatibility == "minor-version" else "")),
+        (
+            "driver",
+            f"R{p.driver.branch} {p.driver.version} ({p.driver.branch_type}), {p.driver.kernel_module} kernel modules",
+        ),
+        (
+            "packages",
+            ", ".join(f"{pkg.name} {pkg.version}" for pkg in p.driver.packages)
+            + (f" [stream {p.driver.module_stream}]" if p.driver.module_stream else ""),
+        ),
+        (
+            "cuda",
+            f"{p.cuda.version} ({p.cuda.label})"
+            + (" via minor-version compatibility" if p.cuda.compatibility == "minor-version" else ""),
+        ),
         ("cudnn", f"{p.cudnn.version} (from the {p.cudnn.origin})" if p.cudnn else "-"),
-        ("framework", f"{p.framework.requirement} [{p.framework.variant}]" + (f" from {p.framework.index_url}" if p.framework.index_url else "")
-         if p.framework else "-"),
-        ("fabric manager", f"{p.fabric_manager.package} {p.fabric_manager.version}" if p.fabric_manager else "not needed"),
+        (
+            "framework",
+            f"{p.framework.requirement} [{p.framework.variant}]"
+            + (f" from {p.framework.index_url}" if p.framework.index_url else "")
+            if p.framework
+            else "-",
+        ),
+        (
+            "fabric manager",
+            f"{p.fabric_manager.package} {p.fabric_manager.version}" if p.fabric_manager else "not needed",
+        ),
         ("container toolkit", p.container_toolkit.version),
         ("base image", p.base_image),
         ("driver floor", p.driver_floor),
@@ -98,7 +140,9 @@ def matrix_group():
 
 def _listing_command(topic: str) -> click.Command:
     @click.command(topic, help=f"List the catalogued {topic}.")
-    @click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True)
+    @click.option(
+        "--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True
+    )
     @compat_option
     @click.pass_context
     def command(ctx, fmt, compat_dir):
@@ -124,7 +168,7 @@ for _topic in TOPICS:
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True)
 @compat_option
 @click.pass_context
-def check_cmd(ctx, fmt, compat_dir):
+def check_cmd(ctx, *, fmt, compat_dir):
     """Check data invariants and resolve every catalogued request.
 
     Resolves each (os, gpu), (os, gpu, cuda) and (os, gpu, framework version) request, prints

@@ -12,17 +12,33 @@ from provision.errors import InputError
 
 
 @click.command("verify")
-@click.option("-i", "--inventory", type=click.Path(), help="Ansible inventory (as for apply): verify its hosts over SSH.")
-@click.option("--fleet", "fleet_file", type=click.Path(dir_okay=False), help="With -i: fleet file (group -> plan), as for apply.")
+@click.option(
+    "-i", "--inventory", type=click.Path(), help="Ansible inventory (as for apply): verify its hosts over SSH."
+)
+@click.option(
+    "--fleet", "fleet_file", type=click.Path(dir_okay=False), help="With -i: fleet file (group -> plan), as for apply."
+)
 @click.option("--limit", metavar="HOSTS", help="With -i: comma-separated hosts or groups to verify.")
 @click.option("--local", "local", is_flag=True, help="Verify this machine.")
-@click.option("--host", "hosts", multiple=True, metavar="URL",
-              help="Verify a host by testinfra URL (ssh://root@gpu1:22, paramiko://…); repeatable.")
+@click.option(
+    "--host",
+    "hosts",
+    multiple=True,
+    metavar="URL",
+    help="Verify a host by testinfra URL (ssh://root@gpu1:22, paramiko://…); repeatable.",
+)
 @plan_source
-@click.option("--gpu-count", type=click.IntRange(min=1), help="GPUs each host must show (default: at least one; "
-              "an inventory host can set provision_gpu_count).")
-@click.option("--mig-vars", type=click.Path(dir_okay=False), help="MIG layout the hosts must show: the vars file "
-              "provision mig plan --out-vars writes (inventory hosts may carry provision_mig_* vars instead).")
+@click.option(
+    "--gpu-count",
+    type=click.IntRange(min=1),
+    help="GPUs each host must show (default: at least one; an inventory host can set provision_gpu_count).",
+)
+@click.option(
+    "--mig-vars",
+    type=click.Path(dir_okay=False),
+    help="MIG layout the hosts must show: the vars file "
+    "provision mig plan --out-vars writes (inventory hosts may carry provision_mig_* vars instead).",
+)
 @click.option("--only", metavar="CHECKS", help="Comma-separated check ids to run (see --list).")
 @click.option("--list", "list_checks", is_flag=True, help="List the checks and exit.")
 @click.option("--sudo", is_flag=True, help="Run the checks' commands through sudo.")
@@ -30,8 +46,31 @@ from provision.errors import InputError
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--junit", "junit_file", type=click.Path(dir_okay=False), help="Also write a JUnit XML report (CI).")
 @click.pass_context
-def verify_cmd(ctx, inventory, fleet_file, limit, local, hosts, plan_file, os_id, gpu, driver, cuda, cudnn, framework,
-               policy, gpu_count, mig_vars, only, list_checks, sudo, ssh_identity_file, fmt, junit_file):
+def verify_cmd(
+    ctx,
+    *,
+    inventory,
+    fleet_file,
+    limit,
+    local,
+    hosts,
+    plan_file,
+    os_id,
+    gpu,
+    driver,
+    cuda,
+    cudnn,
+    framework,
+    policy,
+    gpu_count,
+    mig_vars,
+    only,
+    list_checks,
+    sudo,
+    ssh_identity_file,
+    fmt,
+    junit_file,
+):
     """Check that hosts match their plan: OS, nouveau, the nvidia module and nvidia-smi at the
     planned driver, GPU model and count, packages at planned versions and held, persistence, the
     fabric manager, the Container Toolkit, the nvidia runtime, a GPU container, the MIG layout,
@@ -52,8 +91,10 @@ def verify_cmd(ctx, inventory, fleet_file, limit, local, hosts, plan_file, os_id
         print_table(["check", "what it proves"], _checks())
         return 0
     if sum(bool(x) for x in (inventory, local, hosts)) != 1:
-        raise InputError("give exactly one of -i INVENTORY, --local and --host URL",
-                         hint="provision verify -i hosts.yml --fleet fleet.yaml, or provision verify --local --plan plan.lock.json")
+        raise InputError(
+            "give exactly one of -i INVENTORY, --local and --host URL",
+            hint="provision verify -i hosts.yml --fleet fleet.yaml, or provision verify --local --plan plan.lock.json",
+        )
     selected = None
     if only:
         known = {c for c, _ in _checks()}
@@ -63,11 +104,32 @@ def verify_cmd(ctx, inventory, fleet_file, limit, local, hosts, plan_file, os_id
             raise InputError(f"unknown check {unknown[0]!r}", hint="provision verify --list shows the checks")
     mig = _read_mig_vars(mig_vars) if mig_vars else None
     if inventory:
-        targets = _inventory_targets(ctx, inventory, plan_file, fleet_file, limit, os_id or gpu, gpu_count, mig)
+        targets = _inventory_targets(
+            ctx,
+            inventory=inventory,
+            plan_file=plan_file,
+            fleet_file=fleet_file,
+            limit=limit,
+            plan_flags=os_id or gpu,
+            gpu_count=gpu_count,
+            mig=mig,
+        )
     else:
         if fleet_file or limit:
-            raise InputError("--fleet and --limit need -i INVENTORY", hint="for one host give --plan FILE or --os/--gpu")
-        plan = load_plan(ctx, plan_file, os_id, gpu, driver, cuda, cudnn, framework, policy)
+            raise InputError(
+                "--fleet and --limit need -i INVENTORY", hint="for one host give --plan FILE or --os/--gpu"
+            )
+        plan = load_plan(
+            ctx,
+            plan_file=plan_file,
+            os_id=os_id,
+            gpu=gpu,
+            driver=driver,
+            cuda=cuda,
+            cudnn=cudnn,
+            framework=framework,
+            policy=policy,
+        )
         from provision.verify import Target
 
         mig = mig or _plan_mig(plan)
@@ -75,8 +137,13 @@ def verify_cmd(ctx, inventory, fleet_file, limit, local, hosts, plan_file, os_id
             targets = [Target("local", "local://", plan, gpu_count, mig)]
         else:
             targets = [Target(_host_name(h), _host_spec(h), plan, gpu_count, mig) for h in hosts]
-    report = run_verify(targets, inventory=os.path.abspath(inventory) if inventory else None, sudo=sudo,
-                        ssh_identity_file=ssh_identity_file, only=selected)
+    report = run_verify(
+        targets,
+        inventory=os.path.abspath(inventory) if inventory else None,
+        sudo=sudo,
+        ssh_identity_file=ssh_identity_file,
+        only=selected,
+    )
     if junit_file:
         with open(junit_file, "w", encoding="utf-8") as handle:
             handle.write(report.junit())
@@ -98,8 +165,11 @@ def _checks() -> list[tuple[str, str]]:
     for name in sorted(os.listdir(CHECKS_DIR)):
         if name.startswith("check_") and name.endswith(".py"):
             module = importlib.import_module(f"provision.verify.checks.{name[:-3]}")
-            out += [(f.provision_check, f.provision_title) for f in vars(module).values()
-                    if callable(f) and getattr(f, "__module__", None) == module.__name__ and hasattr(f, "provision_check")]
+            out += [
+                (f.provision_check, f.provision_title)
+                for f in vars(module).values()
+                if callable(f) and getattr(f, "__module__", None) == module.__name__ and hasattr(f, "provision_check")
+            ]
     return out
 
 
@@ -130,24 +200,32 @@ def _read_mig_vars(path: str) -> dict:
         with open(path, encoding="utf-8") as handle:
             doc = yaml.safe_load(handle)
     except OSError as exc:
-        raise InputError(f"cannot read {path!r}: {exc.strerror}", hint="write it with provision mig plan --out-vars FILE") from None
+        raise InputError(
+            f"cannot read {path!r}: {exc.strerror}", hint="write it with provision mig plan --out-vars FILE"
+        ) from None
     except yaml.YAMLError:
         raise InputError(f"{path!r} is not YAML", hint="write it with provision mig plan --out-vars FILE") from None
     if not isinstance(doc, dict) or "provision_mig_layout" not in doc:
-        raise InputError(f"{path!r} holds no provision_mig_layout", hint="write it with provision mig plan --out-vars FILE")
+        raise InputError(
+            f"{path!r} holds no provision_mig_layout", hint="write it with provision mig plan --out-vars FILE"
+        )
     return doc
 
 
-def _inventory_targets(ctx, inventory, plan_file, fleet_file, limit, plan_flags, gpu_count, mig):
+def _inventory_targets(ctx, *, inventory, plan_file, fleet_file, limit, plan_flags, gpu_count, mig):
     from provision.fleet.apply import load_plans, plan_of_host
     from provision.fleet.inventory import load_inventory, select_hosts
     from provision.verify import Target
 
     if plan_flags:
-        raise InputError("with -i give --plan FILE or --fleet FILE, not --os/--gpu",
-                         hint="provision plan --os OS --gpu GPU --lock plan.lock.json writes one")
+        raise InputError(
+            "with -i give --plan FILE or --fleet FILE, not --os/--gpu",
+            hint="provision plan --os OS --gpu GPU --lock plan.lock.json writes one",
+        )
     if bool(plan_file) == bool(fleet_file):
-        raise InputError("with -i give exactly one of --plan and --fleet", hint="the same ones provision apply was given")
+        raise InputError(
+            "with -i give exactly one of --plan and --fleet", hint="the same ones provision apply was given"
+        )
     inv = load_inventory(inventory)
     plans, _ = load_plans(plan_file, fleet_file, matrix_loader(ctx))
     names = select_hosts(inv, limit)
@@ -155,8 +233,10 @@ def _inventory_targets(ctx, inventory, plan_file, fleet_file, limit, plan_flags,
     for name in names:
         found = plan_of_host(inv, plans, name)
         if found is None:
-            raise InputError(f"host {name!r} is in none of the fleet file's groups",
-                             hint=f"add one of its groups to the fleet file, or --limit the hosts ({', '.join(sorted(plans))})")
+            raise InputError(
+                f"host {name!r} is in none of the fleet file's groups",
+                hint=f"add one of its groups to the fleet file, or --limit the hosts ({', '.join(sorted(plans))})",
+            )
         hv = inv.hosts[name]
         count = hv.get("provision_gpu_count", gpu_count)
         host_mig = {k: v for k, v in hv.items() if k.startswith("provision_mig_")} or mig or _plan_mig(found[1])
@@ -167,8 +247,7 @@ def _inventory_targets(ctx, inventory, plan_file, fleet_file, limit, plan_flags,
 def _print_table(report) -> None:
     from provision.cli.output import print_table
 
-    print_table(["host", "check", "status", "evidence / reason"], report.table_rows(),
-                title="provision verify")
+    print_table(["host", "check", "status", "evidence / reason"], report.table_rows(), title="provision verify")
     for host, results in report.by_host().items():
         c = report.counts(results)
         click.echo(f"{host}: {c['pass']} passed, {c['fail']} failed, {c['skip']} skipped")

@@ -18,8 +18,19 @@ from provision.doctor.parse_smi import NVSMI_LOG, csv_header
 
 # The collector's section keys, in the order it prints them.
 SECTION_KEYS = (
-    "nvidia-smi-q-x", "nvidia-smi-q", "nvidia-smi", "nvidia-smi-stderr", "nvidia-smi-rc", "nvlink-s",
-    "kernel-log", "proc-driver-version", "modules", "fabricmanager-log", "app-log", "secure-boot", "uname-r",
+    "nvidia-smi-q-x",
+    "nvidia-smi-q",
+    "nvidia-smi",
+    "nvidia-smi-stderr",
+    "nvidia-smi-rc",
+    "nvlink-s",
+    "kernel-log",
+    "proc-driver-version",
+    "modules",
+    "fabricmanager-log",
+    "app-log",
+    "secure-boot",
+    "uname-r",
 )
 
 # Sections the collector may add that carry context only (listed under ``read``, not analysed).
@@ -72,8 +83,18 @@ _CAPTURE_HEADER = re.compile(r"^#{20,}\n# (?P<title>[^\n]*)\n(?:# \$ (?P<cmd>[^\
 _TABLE_HEAD = re.compile(r"^\|\s*NVIDIA-SMI\s+\S+\s+(?:Driver|KMD) Version:", re.M)
 _NVLINK_GPU = re.compile(r"^GPU \d+: .+ \(UUID: [^)]+\)\s*$", re.M)
 _MODULE_LINE = re.compile(r"^[A-Za-z0-9_]+ \d+ \d+ \S+ (?:Live|Loading|Unloading) 0x[0-9a-f]+", re.M)
-_SMI_IDS = {"driver-library-mismatch", "nvml-library-version", "driver-not-loaded", "no-devices", "nvml-not-found",
-            "nvml-unknown-error", "nvml-no-permission", "gpu-lost", "gpu-reset-required", "inforom-corrupted"}
+_SMI_IDS = {
+    "driver-library-mismatch",
+    "nvml-library-version",
+    "driver-not-loaded",
+    "no-devices",
+    "nvml-not-found",
+    "nvml-unknown-error",
+    "nvml-no-permission",
+    "gpu-lost",
+    "gpu-reset-required",
+    "inforom-corrupted",
+}
 
 
 def _printable_ratio(text: str) -> float:
@@ -146,8 +167,11 @@ def _other_nvidia(text: str, lines: list[str]) -> str | None:
     if re.match(r"^\s*(?:timestamp, )?(?:gpu_name|gpu_bus_id|pid|retired_pages)", first) and "," in first:
         return "query-other-csv"
     csvish = [ln for ln in lines if ln.count(",") >= 1]
-    if csvish and len(csvish) == len(lines) and re.search(
-            r"NVIDIA|Tesla|GeForce|Quadro|[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d", text):
+    if (
+        csvish
+        and len(csvish) == len(lines)
+        and re.search(r"NVIDIA|Tesla|GeForce|Quadro|[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d", text)
+    ):
         return "query-csv-noheader"
     return None
 
@@ -195,7 +219,7 @@ def split_bundle(text: str) -> dict[str, str]:
     matches = list(COLLECTOR_MARKER.finditer(text))
     for i, m in enumerate(matches):
         end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
-        body = text[m.end():end]
+        body = text[m.end() : end]
         body = body[1:] if body.startswith("\n") else body
         key = m["key"]
         sections[key] = f"{sections[key]}\n{body}" if key in sections else body
@@ -225,5 +249,5 @@ def split_capture_bundle(text: str) -> list[tuple[str, str | None, str]]:
     for i, m in enumerate(matches):
         end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
         cmd = m["cmd"] or ""
-        out.append((m["title"].strip(), _capture_key(cmd) if cmd else None, text[m.end():end]))
+        out.append((m["title"].strip(), _capture_key(cmd) if cmd else None, text[m.end() : end]))
     return out

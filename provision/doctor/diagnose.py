@@ -39,10 +39,12 @@ from provision.doctor.rules_log import (
 from provision.errors import InputError
 
 MAX_BYTES = 256 * 1024 * 1024
-HINT = ("doctor reads nvidia-smi -q -x, -q (also -q -d ...), the default table, --query-gpu CSV with its header, "
-        "nvlink -s, nvidia-smi/NVML error output, kernel logs (dmesg, journalctl -k), the fabric manager log, "
-        "application logs with CUDA/framework errors, /proc/driver/nvidia/version, lsmod or /proc/modules, "
-        "mokutil --sb-state, and collector or nvidia-smi capture bundles")
+HINT = (
+    "doctor reads nvidia-smi -q -x, -q (also -q -d ...), the default table, --query-gpu CSV with its header, "
+    "nvlink -s, nvidia-smi/NVML error output, kernel logs (dmesg, journalctl -k), the fabric manager log, "
+    "application logs with CUDA/framework errors, /proc/driver/nvidia/version, lsmod or /proc/modules, "
+    "mokutil --sb-state, and collector or nvidia-smi capture bundles"
+)
 _STRUCTURED = {"nvidia-smi-q-x", "nvidia-smi-q", "nvidia-smi", "nvlink-s", "query-gpu-csv"}
 
 
@@ -149,9 +151,15 @@ def _uname(text: str, source: str, facts: Facts) -> str:
 
 
 _HANDLERS = {
-    "kernel-log": _kernel_log, "fabricmanager-log": _fabric_log, "nvidia-smi-stderr": _messages,
-    "app-log": _app_log, "nvidia-smi-rc": _smi_rc, "proc-driver-version": _proc_version, "modules": _modules,
-    "secure-boot": _secure_boot, "uname-r": _uname,
+    "kernel-log": _kernel_log,
+    "fabricmanager-log": _fabric_log,
+    "nvidia-smi-stderr": _messages,
+    "app-log": _app_log,
+    "nvidia-smi-rc": _smi_rc,
+    "proc-driver-version": _proc_version,
+    "modules": _modules,
+    "secure-boot": _secure_boot,
+    "uname-r": _uname,
 }
 
 
@@ -161,8 +169,12 @@ def _structured(key: str, text: str, source: str, facts: Facts, reads: list[Read
         facts.nvlink.append((source, gpus))
         reads.append(Read(source, key, f"{len(gpus)} GPU(s), {sum(len(g.links) for g in gpus)} links"))
         return
-    parser = {"nvidia-smi-q-x": parse_smi.parse_xml, "nvidia-smi-q": parse_smi.parse_q_text,
-              "nvidia-smi": parse_smi.parse_table, "query-gpu-csv": parse_smi.parse_csv}[key]
+    parser = {
+        "nvidia-smi-q-x": parse_smi.parse_xml,
+        "nvidia-smi-q": parse_smi.parse_q_text,
+        "nvidia-smi": parse_smi.parse_table,
+        "query-gpu-csv": parse_smi.parse_csv,
+    }[key]
     result = parser(text, source)
     facts.gpus.extend(result.gpus)
     if result.driver_version:
@@ -236,11 +248,14 @@ def read_text(path: str | os.PathLike[str]) -> str:
         with open(path, "rb") as handle:
             data = handle.read(MAX_BYTES + 1)
     except OSError as exc:
-        raise InputError(f"{os.fspath(path)}: cannot read ({exc.strerror or exc})",
-                         hint="check the path and its permissions") from None
+        raise InputError(
+            f"{os.fspath(path)}: cannot read ({exc.strerror or exc})", hint="check the path and its permissions"
+        ) from None
     if len(data) > MAX_BYTES:
-        raise InputError(f"{os.fspath(path)}: larger than {MAX_BYTES // (1024 * 1024)} MiB",
-                         hint="cut the log to the time window of interest (journalctl -k --since ...)")
+        raise InputError(
+            f"{os.fspath(path)}: larger than {MAX_BYTES // (1024 * 1024)} MiB",
+            hint="cut the log to the time window of interest (journalctl -k --since ...)",
+        )
     return decode_bytes(data)
 
 
@@ -289,5 +304,4 @@ def diagnose_named_texts(items: Iterable[tuple[str, str]], *, matrix: Any = None
     return _report(facts, reads, matrix)
 
 
-__all__ = ["HINT", "decode_bytes", "diagnose_files", "diagnose_named_texts", "diagnose_texts",
-           "read_text"]
+__all__ = ["HINT", "decode_bytes", "diagnose_files", "diagnose_named_texts", "diagnose_texts", "read_text"]

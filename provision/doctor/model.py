@@ -18,8 +18,13 @@ class Finding(NamedTuple):
     fix: str  # what to do, with concrete commands
 
     def to_dict(self) -> dict[str, str]:
-        return {"id": self.id, "severity": self.severity, "title": self.title,
-                "evidence": self.evidence, "fix": self.fix}
+        return {
+            "id": self.id,
+            "severity": self.severity,
+            "title": self.title,
+            "evidence": self.evidence,
+            "fix": self.fix,
+        }
 
 
 class Read(NamedTuple):

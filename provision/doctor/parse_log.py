@@ -23,7 +23,8 @@ _PREFIXES = (
 )
 
 XID = re.compile(
-    r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}(?:\.\d)?)\):?\s*(\d{1,6})\b[,:]?\s*(.*)")
+    r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}(?:\.\d)?)\):?\s*(\d{1,6})\b[,:]?\s*(.*)"
+)
 SXID = re.compile(r"SXid \((?:PCI:)?([0-9A-Fa-f:.]{1,20})\):?\s*(\d{1,6})\b[,:]?\s*(.*)")
 _BUS_IN_TEXT = re.compile(r"\b([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.\d)?)\b")
 
@@ -38,7 +39,7 @@ def strip_prefix(line: str) -> str:
         for rx in _PREFIXES:
             m = rx.match(out)
             if m:
-                out = out[m.end():]
+                out = out[m.end() :]
                 break
         else:
             break
@@ -95,21 +96,33 @@ class KernelLog(NamedTuple):
 
 _KERNEL_PATTERNS = (
     ("fallen-off-bus", re.compile(r"fallen off the bus", re.I)),
-    ("probe-failed", re.compile(
-        r"probe routine (?:failed|was not called)|No NVIDIA (?:GPU|devices?) (?:found|probed)", re.I)),
+    (
+        "probe-failed",
+        re.compile(r"probe routine (?:failed|was not called)|No NVIDIA (?:GPU|devices?) (?:found|probed)", re.I),
+    ),
     ("init-failed", re.compile(r"RmInitAdapter failed|rm_init_adapter failed|GPU initialization failed", re.I)),
     ("api-mismatch", re.compile(r"API mismatch: the client has the version (\S+?),? but")),
     ("api-mismatch-kernel", re.compile(r"this kernel module has the version (\S+?)\.?\s")),
     ("unsupported-gpu", re.compile(r"is not supported by the\s*(?:NVRM:\s*)?NVIDIA ([\d.x]+) driver", re.I)),
-    ("secure-boot", re.compile(
-        r"unsigned module loading is restricted|Loading of unsigned module is rejected|Key was rejected by service"
-        r"|Required key not available|module verification failed|Lockdown:.*(?:nvidia|modprobe|insmod)", re.I)),
+    (
+        "secure-boot",
+        re.compile(
+            r"unsigned module loading is restricted|Loading of unsigned module is rejected|Key was rejected by service"
+            r"|Required key not available|module verification failed|Lockdown:.*(?:nvidia|modprobe|insmod)",
+            re.I,
+        ),
+    ),
     ("nouveau", re.compile(r"\bnouveau\b")),
     ("module-missing", re.compile(r"Module nvidia\S* not found in directory (\S+)")),
     ("kernel-module", re.compile(r"NVRM: loading NVIDIA UNIX .*?Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)")),
     ("inforom-corrupted", re.compile(r"infoROM is corrupted", re.I)),
-    ("aer", re.compile(r"AER: (?:Multiple )?(Corrected|Uncorrected \((?:Non-)?Fatal\)) error received"
-                       r"|PCIe Bus Error: severity=(Corrected|Uncorrected \((?:Non-)?Fatal\))")),
+    (
+        "aer",
+        re.compile(
+            r"AER: (?:Multiple )?(Corrected|Uncorrected \((?:Non-)?Fatal\)) error received"
+            r"|PCIe Bus Error: severity=(Corrected|Uncorrected \((?:Non-)?Fatal\))"
+        ),
+    ),
     ("oom-kill", re.compile(r"[Oo]ut of memory: Killed process \d+ \(([^)]*)\)")),
 )
 _GPU_AT = re.compile(r"NVRM: GPU at PCI:([0-9A-Fa-f:.]+): (GPU-[0-9A-Za-z-]+)")
@@ -140,7 +153,7 @@ def parse_kernel_log(text: str) -> KernelLog:
                 continue
             bus_match = _BUS_IN_TEXT.search(ln.msg)
             if bus_match is None and kind == "fallen-off-bus":  # "The NVIDIA GPU <bus>" a line or two before
-                for prev in reversed(lines[max(0, i - 3):i]):
+                for prev in reversed(lines[max(0, i - 3) : i]):
                     bus_match = _BUS_IN_TEXT.search(prev.msg)
                     if bus_match:
                         break
@@ -204,34 +217,58 @@ MESSAGE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("nvml-library-version", re.compile(r"NVML library version:\s*(\d+\.\d+(?:\.\d+)?)")),
     ("driver-not-loaded", re.compile(r"couldn't communicate with the NVIDIA driver|NVIDIA driver is not loaded", re.I)),
     ("no-devices", re.compile(r"^No devices were found|^No devices found", re.I)),
-    ("nvml-not-found", re.compile(
-        r"NVML Shared Library Not Found|couldn't find libnvidia-ml\.so|libnvidia-ml\.so(?:\.1)?: cannot open shared"
-        r"|nvidia-smi: (?:command )?not found|nvidia-smi: No such file", re.I)),
+    (
+        "nvml-not-found",
+        re.compile(
+            r"NVML Shared Library Not Found|couldn't find libnvidia-ml\.so|libnvidia-ml\.so(?:\.1)?: cannot open shared"
+            r"|nvidia-smi: (?:command )?not found|nvidia-smi: No such file",
+            re.I,
+        ),
+    ),
     ("nvml-unknown-error", re.compile(r"Failed to initialize NVML: Unknown Error")),
-    ("nvml-no-permission", re.compile(
-        r"Failed to initialize NVML: Insufficient Permissions|NVML.*no permission", re.I)),
+    (
+        "nvml-no-permission",
+        re.compile(r"Failed to initialize NVML: Insufficient Permissions|NVML.*no permission", re.I),
+    ),
     ("gpu-lost", re.compile(r"Unable to determine the device handle for (?:GPU|gpu)\s*([0-9A-Fa-f:.]+)?:?\s*(.*)")),
     ("gpu-lost", re.compile(r"GPU is lost|GPU has fallen off the bus", re.I)),
     ("gpu-reset-required", re.compile(r"GPU requires (?:a )?reset|requires a reset before it can be used", re.I)),
     ("inforom-corrupted", re.compile(r"infoROM is corrupted(?: at gpu ([0-9A-Fa-f:.]+))?", re.I)),
-    ("out-of-memory", re.compile(
-        r"CUDA out of memory|CUDA error: out of memory|RESOURCE_EXHAUSTED:?.*(?:OOM|[Oo]ut of memory)"
-        r"|OOM when allocating tensor|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation"
-        r"|CUDA_ERROR_OUT_OF_MEMORY|torch\.(?:cuda\.)?OutOfMemoryError|cudaMalloc(?:Async)? failed:? out of memory"
-        r"|Cuda failure 'out of memory'")),
-    ("cuda-driver-insufficient", re.compile(
-        r"CUDA driver version is insufficient for CUDA runtime version|cudaErrorInsufficientDriver"
-        r"|NVIDIA driver on your system is too old|unsatisfied condition: cuda>=\s*(\d{1,3}\.\d{1,3})"
-        r"|please update your driver to a newer version", re.I)),
-    ("cuda-compat-mismatch", re.compile(
-        r"forward compatibility was attempted on non supported HW|unsupported display driver / cuda driver combination"
-        r"|cudaErrorCompatNotSupportedOnDevice|cudaErrorSystemDriverMismatch|CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE")),
+    (
+        "out-of-memory",
+        re.compile(
+            r"CUDA out of memory|CUDA error: out of memory|RESOURCE_EXHAUSTED:?.*(?:OOM|[Oo]ut of memory)"
+            r"|OOM when allocating tensor|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation"
+            r"|CUDA_ERROR_OUT_OF_MEMORY|torch\.(?:cuda\.)?OutOfMemoryError|cudaMalloc(?:Async)? failed:? out of memory"
+            r"|Cuda failure 'out of memory'"
+        ),
+    ),
+    (
+        "cuda-driver-insufficient",
+        re.compile(
+            r"CUDA driver version is insufficient for CUDA runtime version|cudaErrorInsufficientDriver"
+            r"|NVIDIA driver on your system is too old|unsatisfied condition: cuda>=\s*(\d{1,3}\.\d{1,3})"
+            r"|please update your driver to a newer version",
+            re.I,
+        ),
+    ),
+    (
+        "cuda-compat-mismatch",
+        re.compile(
+            r"forward compatibility was attempted on non supported HW|unsupported display driver / cuda driver combination"
+            r"|cudaErrorCompatNotSupportedOnDevice|cudaErrorSystemDriverMismatch|CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE"
+        ),
+    ),
     ("no-cuda-device", re.compile(r"no CUDA-capable device is detected|cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE")),
     ("fabric-not-ready", re.compile(r"system not yet initialized|cudaErrorSystemNotReady|CUDA_ERROR_SYSTEM_NOT_READY")),
-    ("cuda-no-kernel-image", re.compile(
-        r"no kernel image is available for execution on the device|cudaErrorNoKernelImageForDevice")),
-    ("ecc-uncorrectable", re.compile(
-        r"uncorrectable ECC error encountered|cudaErrorECCUncorrectable|CUDA_ERROR_ECC_UNCORRECTABLE")),
+    (
+        "cuda-no-kernel-image",
+        re.compile(r"no kernel image is available for execution on the device|cudaErrorNoKernelImageForDevice"),
+    ),
+    (
+        "ecc-uncorrectable",
+        re.compile(r"uncorrectable ECC error encountered|cudaErrorECCUncorrectable|CUDA_ERROR_ECC_UNCORRECTABLE"),
+    ),
 )
 
 # Extra values pulled out of a matched line for the finding's evidence.

@@ -46,15 +46,16 @@ def _sum(values: list[int | None]) -> int | None:
 def parse_xml(text: str, source: str) -> SmiResult:
     import xml.etree.ElementTree as ET
 
-    start = min((i for i in (text.find("<?xml"), text.find("<!DOCTYPE"), text.find("<nvidia_smi_log")) if i >= 0),
-                default=-1)
+    start = min(
+        (i for i in (text.find("<?xml"), text.find("<!DOCTYPE"), text.find("<nvidia_smi_log")) if i >= 0), default=-1
+    )
     if start < 0:
         raise ParseFailure("no XML document found")
     if re.search(r"<!ENTITY", text, re.I):
         raise ParseFailure("the XML declares entities; doctor does not expand them")
     end_tag = "</nvidia_smi_log>"
     end = text.find(end_tag, start)
-    body = text[start:end + len(end_tag)] if end >= 0 else text[start:]
+    body = text[start : end + len(end_tag)] if end >= 0 else text[start:]
     try:
         root = ET.fromstring(body)
     except (ET.ParseError, ValueError) as exc:
@@ -63,7 +64,7 @@ def parse_xml(text: str, source: str) -> SmiResult:
         raise ParseFailure(f"{what} XML ({str(exc).split(':')[0]} at line {line})") from None
     if root.tag != "nvidia_smi_log":
         raise ParseFailure(f"XML whose root is <{root.tag}>, not <nvidia_smi_log>")
-    outside = text[:start] + (text[end + len(end_tag):] if end >= 0 else "")
+    outside = text[:start] + (text[end + len(end_tag) :] if end >= 0 else "")
     result = SmiResult(
         driver_version=_version(root.findtext("driver_version")),
         cuda_version=_version(root.findtext("cuda_version")),
@@ -114,12 +115,19 @@ def _xml_gpu(gpu, index: int, source: str) -> GpuState:
     a_corr, a_unc = _xml_ecc(ecc.find("aggregate") if ecc is not None else None)
     power = "gpu_power_readings" if gpu.find("gpu_power_readings") is not None else "power_readings"
     return GpuState(
-        source=source, fmt="-q -x", index=index,
+        source=source,
+        fmt="-q -x",
+        index=index,
         bus_id=normalize_bus(gpu.get("id") or t("pci/pci_bus_id")),
-        name=t("product_name"), brand=t("product_brand"), uuid=t("uuid"),
-        persistence=flag(t("persistence_mode")), driver_model=t("driver_model/current_dm"),
-        pstate=t("performance_state"), util_gpu=number(t("utilization/gpu_util")),
-        clocks_label=label, clocks=clocks,
+        name=t("product_name"),
+        brand=t("product_brand"),
+        uuid=t("uuid"),
+        persistence=flag(t("persistence_mode")),
+        driver_model=t("driver_model/current_dm"),
+        pstate=t("performance_state"),
+        util_gpu=number(t("utilization/gpu_util")),
+        clocks_label=label,
+        clocks=clocks,
         temp=number(t("temperature/gpu_temp")),
         temp_slowdown=number(t("temperature/gpu_temp_slow_threshold")),
         temp_shutdown=number(t("temperature/gpu_temp_max_threshold")),
@@ -130,7 +138,10 @@ def _xml_gpu(gpu, index: int, source: str) -> GpuState:
         power_limit=number(t(f"{power}/enforced_power_limit", f"{power}/current_power_limit", f"{power}/power_limit")),
         power_default_limit=number(t(f"{power}/default_power_limit")),
         ecc_enabled=flag(t("ecc_mode/current_ecc")),
-        ecc_volatile_unc=v_unc, ecc_aggregate_unc=a_unc, ecc_volatile_corr=v_corr, ecc_aggregate_corr=a_corr,
+        ecc_volatile_unc=v_unc,
+        ecc_aggregate_unc=a_unc,
+        ecc_volatile_corr=v_corr,
+        ecc_aggregate_corr=a_corr,
         retired_sbe=integer(t("retired_pages/multiple_single_bit_retirement/retired_count")),
         retired_dbe=integer(t("retired_pages/double_bit_retirement/retired_count")),
         retired_pending=flag(t("retired_pages/pending_retirement", "retired_pages/pending_blacklist")),
@@ -138,13 +149,15 @@ def _xml_gpu(gpu, index: int, source: str) -> GpuState:
         remap_unc=integer(t("remapped_rows/remapped_row_unc")),
         remap_pending=flag(t("remapped_rows/remapped_row_pending")),
         remap_failure=flag(t("remapped_rows/remapped_row_failure")),
-        mig_current=t("mig_mode/current_mig"), mig_pending=t("mig_mode/pending_mig"),
+        mig_current=t("mig_mode/current_mig"),
+        mig_pending=t("mig_mode/pending_mig"),
         pcie_gen=integer(t("pci/pci_gpu_link_info/pcie_gen/current_link_gen")),
         pcie_gen_max=integer(t("pci/pci_gpu_link_info/pcie_gen/max_link_gen")),
         pcie_width=integer(t("pci/pci_gpu_link_info/link_widths/current_link_width")),
         pcie_width_max=integer(t("pci/pci_gpu_link_info/link_widths/max_link_width")),
         fan=clean(gpu.findtext("fan_speed")) or (gpu.findtext("fan_speed") or "").strip() or None,
-        fabric_state=t("fabric/state"), fabric_status=t("fabric/status"),
+        fabric_state=t("fabric/state"),
+        fabric_status=t("fabric/status"),
         reset_required=flag(t("gpu_reset_status/reset_required")),
         drain_recommended=flag(t("gpu_reset_status/drain_and_reset_recommended")),
         recovery_action=t("gpu_recovery_action"),
@@ -200,7 +213,7 @@ def text_tree(text: str) -> Node:
     """The indentation tree of ``nvidia-smi -q`` output (everything after the NVSMI LOG line)."""
     root = Node("", None)
     marker = text.find(NVSMI_LOG)
-    body = text[marker + len(NVSMI_LOG):] if marker >= 0 else text
+    body = text[marker + len(NVSMI_LOG) :] if marker >= 0 else text
     stack: list[tuple[int, Node]] = [(-1, root)]
     for raw in body.splitlines():
         line = raw.expandtabs(8).rstrip()
@@ -275,24 +288,37 @@ def _text_gpu(g: Node, bus: str, index: int, source: str) -> GpuState:
     link = ("PCI", "GPU Link Info")
     fan = g.get("Fan Speed")
     return GpuState(
-        source=source, fmt="-q", index=index, bus_id=normalize_bus(bus),
-        name=g.v("Product Name"), brand=g.v("Product Brand"), uuid=g.v("GPU UUID"),
-        persistence=flag(g.v("Persistence Mode")), driver_model=g.v("Driver Model", "Current"),
-        pstate=g.v("Performance State"), util_gpu=number(g.v("Utilization", "Gpu")),
-        clocks_label=label, clocks=clocks,
+        source=source,
+        fmt="-q",
+        index=index,
+        bus_id=normalize_bus(bus),
+        name=g.v("Product Name"),
+        brand=g.v("Product Brand"),
+        uuid=g.v("GPU UUID"),
+        persistence=flag(g.v("Persistence Mode")),
+        driver_model=g.v("Driver Model", "Current"),
+        pstate=g.v("Performance State"),
+        util_gpu=number(g.v("Utilization", "Gpu")),
+        clocks_label=label,
+        clocks=clocks,
         temp=number(g.v(temp, "GPU Current Temp")),
         temp_slowdown=number(g.v(temp, "GPU Slowdown Temp")),
         temp_shutdown=number(g.v(temp, "GPU Shutdown Temp")),
         tlimit=number(g.v(temp, "GPU T.Limit Temp")),
         tlimit_slowdown=number(g.v(temp, "GPU Slowdown T.Limit Temp")),
         tlimit_shutdown=number(g.v(temp, "GPU Shutdown T.Limit Temp")),
-        power_draw=number(g.first((power, "Power Draw"), (power, "Average Power Draw"),
-                                  (power, "Instantaneous Power Draw"))),
-        power_limit=number(g.first((power, "Enforced Power Limit"), (power, "Current Power Limit"),
-                                   (power, "Power Limit"))),
+        power_draw=number(
+            g.first((power, "Power Draw"), (power, "Average Power Draw"), (power, "Instantaneous Power Draw"))
+        ),
+        power_limit=number(
+            g.first((power, "Enforced Power Limit"), (power, "Current Power Limit"), (power, "Power Limit"))
+        ),
         power_default_limit=number(g.v(power, "Default Power Limit")),
         ecc_enabled=flag(g.first(("ECC Mode", "Current"), ("Ecc Mode", "Current"))),
-        ecc_volatile_unc=v_unc, ecc_aggregate_unc=a_unc, ecc_volatile_corr=v_corr, ecc_aggregate_corr=a_corr,
+        ecc_volatile_unc=v_unc,
+        ecc_aggregate_unc=a_unc,
+        ecc_volatile_corr=v_corr,
+        ecc_aggregate_corr=a_corr,
         retired_sbe=integer(g.v("Retired Pages", "Single Bit ECC")),
         retired_dbe=integer(g.v("Retired Pages", "Double Bit ECC")),
         retired_pending=pending,
@@ -300,13 +326,15 @@ def _text_gpu(g: Node, bus: str, index: int, source: str) -> GpuState:
         remap_unc=integer(g.v("Remapped Rows", "Uncorrectable Error")),
         remap_pending=flag(g.v("Remapped Rows", "Pending")),
         remap_failure=flag(g.v("Remapped Rows", "Remapping Failure Occurred")),
-        mig_current=g.v("MIG Mode", "Current"), mig_pending=g.v("MIG Mode", "Pending"),
+        mig_current=g.v("MIG Mode", "Current"),
+        mig_pending=g.v("MIG Mode", "Pending"),
         pcie_gen=integer(g.v(*link, "PCIe Generation", "Current")),
         pcie_gen_max=integer(g.v(*link, "PCIe Generation", "Max")),
         pcie_width=integer(g.v(*link, "Link Width", "Current")),
         pcie_width_max=integer(g.v(*link, "Link Width", "Max")),
         fan=(fan.value or None) if fan is not None else None,
-        fabric_state=g.v("Fabric", "State"), fabric_status=g.v("Fabric", "Status"),
+        fabric_state=g.v("Fabric", "State"),
+        fabric_status=g.v("Fabric", "Status"),
         reset_required=flag(g.v("GPU Reset Status", "Reset Required")),
         drain_recommended=flag(g.v("GPU Reset Status", "Drain and Reset Recommended")),
         recovery_action=g.v("GPU Recovery Action"),
@@ -317,7 +345,8 @@ def _text_gpu(g: Node, bus: str, index: int, source: str) -> GpuState:
 _TABLE_HEAD = re.compile(r"NVIDIA-SMI\s+(\S+)\s+(?:Driver|KMD) Version:\s*(\S+)\s+CUDA(?: UMD)? Version:\s*(\S+)")
 _ROW1 = re.compile(
     r"^\|\s*(\d{1,4})\s+(.*?)\s+(On|Off|N/A|WDDM|TCC|MCDM)\s+\|\s*([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])"
-    r"\s+(\S+)\s*\|\s*(.*?)\s*\|")
+    r"\s+(\S+)\s*\|\s*(.*?)\s*\|"
+)
 _ROW2 = re.compile(r"^\|\s*(\S+)\s+(\S+)\s+(\S+)\s+(.*?)\|\s*(.*?)\|\s*(\S+)\s+(.*?)\s*\|")
 _ROW3 = re.compile(r"^\|\s+\|\s+\|\s*(\S+)\s*\|")
 
@@ -336,17 +365,23 @@ def parse_table(text: str, source: str) -> SmiResult:
         row3 = _ROW3.match(lines[i + 2].strip()) if i + 2 < len(lines) and len(lines[i + 2]) < MAX_LINE else None
         windows = m[3] in ("WDDM", "TCC", "MCDM")
         volatile = integer(clean(m[6]))
-        result.gpus.append(GpuState(
-            source=source, fmt="table", index=int(m[1]), bus_id=normalize_bus(m[4]),
-            name=m[2].strip(), persistence=None if windows else flag(m[3]),
-            driver_model=m[3] if windows else None,
-            ecc_volatile_unc=volatile,
-            fan=row2[1] if row2 else None,
-            temp=number(row2[2]) if row2 else None,
-            pstate=row2[3] if row2 and re.fullmatch(r"P\d+", row2[3]) else None,
-            util_gpu=number(row2[6]) if row2 else None,
-            mig_current=clean(row3[1]) if row3 else None,
-        ))
+        result.gpus.append(
+            GpuState(
+                source=source,
+                fmt="table",
+                index=int(m[1]),
+                bus_id=normalize_bus(m[4]),
+                name=m[2].strip(),
+                persistence=None if windows else flag(m[3]),
+                driver_model=m[3] if windows else None,
+                ecc_volatile_unc=volatile,
+                fan=row2[1] if row2 else None,
+                temp=number(row2[2]) if row2 else None,
+                pstate=row2[3] if row2 and re.fullmatch(r"P\d+", row2[3]) else None,
+                util_gpu=number(row2[6]) if row2 else None,
+                mig_current=clean(row3[1]) if row3 else None,
+            )
+        )
     trailer = [ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith(("|", "+"))]
     result.messages.extend(trailer)
     return result
@@ -354,20 +389,45 @@ def parse_table(text: str, source: str) -> SmiResult:
 
 # -- --query-gpu CSV -------------------------------------------------------------------------
 _CSV_FIELDS = {
-    "index": "index", "name": "name", "gpu_name": "name", "pci.bus_id": "bus", "gpu_bus_id": "bus",
-    "uuid": "uuid", "gpu_uuid": "uuid", "persistence_mode": "persistence", "driver_model.current": "driver_model",
-    "pstate": "pstate", "utilization.gpu": "util", "temperature.gpu": "temp", "power.draw": "power_draw",
-    "enforced.power.limit": "power_limit", "power.limit": "power_limit2", "power.default_limit": "power_default",
-    "ecc.mode.current": "ecc", "ecc.errors.uncorrected.volatile.total": "v_unc",
-    "ecc.errors.uncorrected.aggregate.total": "a_unc", "ecc.errors.corrected.volatile.total": "v_corr",
-    "ecc.errors.corrected.aggregate.total": "a_corr", "retired_pages.single_bit_ecc.count": "r_sbe",
-    "retired_pages.double_bit.count": "r_dbe", "retired_pages.pending": "r_pending",
-    "remapped_rows.correctable": "rm_corr", "remapped_rows.uncorrectable": "rm_unc",
-    "remapped_rows.pending": "rm_pending", "remapped_rows.failure": "rm_failure",
-    "mig.mode.current": "mig", "mig.mode.pending": "mig_pending", "pcie.link.gen.current": "gen",
-    "pcie.link.gen.max": "gen_max", "pcie.link.width.current": "width", "pcie.link.width.max": "width_max",
-    "fan.speed": "fan", "fabric.state": "fabric_state", "fabric.status": "fabric_status",
-    "gpu_recovery_action": "recovery", "driver_version": "driver_version",
+    "index": "index",
+    "name": "name",
+    "gpu_name": "name",
+    "pci.bus_id": "bus",
+    "gpu_bus_id": "bus",
+    "uuid": "uuid",
+    "gpu_uuid": "uuid",
+    "persistence_mode": "persistence",
+    "driver_model.current": "driver_model",
+    "pstate": "pstate",
+    "utilization.gpu": "util",
+    "temperature.gpu": "temp",
+    "power.draw": "power_draw",
+    "enforced.power.limit": "power_limit",
+    "power.limit": "power_limit2",
+    "power.default_limit": "power_default",
+    "ecc.mode.current": "ecc",
+    "ecc.errors.uncorrected.volatile.total": "v_unc",
+    "ecc.errors.uncorrected.aggregate.total": "a_unc",
+    "ecc.errors.corrected.volatile.total": "v_corr",
+    "ecc.errors.corrected.aggregate.total": "a_corr",
+    "retired_pages.single_bit_ecc.count": "r_sbe",
+    "retired_pages.double_bit.count": "r_dbe",
+    "retired_pages.pending": "r_pending",
+    "remapped_rows.correctable": "rm_corr",
+    "remapped_rows.uncorrectable": "rm_unc",
+    "remapped_rows.pending": "rm_pending",
+    "remapped_rows.failure": "rm_failure",
+    "mig.mode.current": "mig",
+    "mig.mode.pending": "mig_pending",
+    "pcie.link.gen.current": "gen",
+    "pcie.link.gen.max": "gen_max",
+    "pcie.link.width.current": "width",
+    "pcie.link.width.max": "width_max",
+    "fan.speed": "fan",
+    "fabric.state": "fabric_state",
+    "fabric.status": "fabric_status",
+    "gpu_recovery_action": "recovery",
+    "driver_version": "driver_version",
 }
 
 
@@ -406,26 +466,48 @@ def parse_csv(text: str, source: str) -> SmiResult:
                 clocks[m[2]] = bool(flag(value))
                 label = "Clocks Event Reasons" if m[1] == "event" else "Clocks Throttle Reasons"
         result.driver_version = result.driver_version or _version(f.get("driver_version"))
-        result.gpus.append(GpuState(
-            source=source, fmt="csv", index=integer(f.get("index")) if f.get("index") else index,
-            bus_id=normalize_bus(f.get("bus")), name=f.get("name"), uuid=f.get("uuid"),
-            persistence=flag(f.get("persistence")), driver_model=f.get("driver_model"),
-            pstate=f.get("pstate"), util_gpu=number(f.get("util")), clocks_label=label, clocks=clocks,
-            temp=number(f.get("temp")), power_draw=number(f.get("power_draw")),
-            power_limit=number(f.get("power_limit") or f.get("power_limit2")),
-            power_default_limit=number(f.get("power_default")), ecc_enabled=flag(f.get("ecc")),
-            ecc_volatile_unc=integer(f.get("v_unc")), ecc_aggregate_unc=integer(f.get("a_unc")),
-            ecc_volatile_corr=integer(f.get("v_corr")), ecc_aggregate_corr=integer(f.get("a_corr")),
-            retired_sbe=integer(f.get("r_sbe")), retired_dbe=integer(f.get("r_dbe")),
-            retired_pending=flag(f.get("r_pending")),
-            remap_corr=integer(f.get("rm_corr")), remap_unc=integer(f.get("rm_unc")),
-            remap_pending=flag(f.get("rm_pending")), remap_failure=flag(f.get("rm_failure")),
-            mig_current=f.get("mig"), mig_pending=f.get("mig_pending"),
-            pcie_gen=integer(f.get("gen")), pcie_gen_max=integer(f.get("gen_max")),
-            pcie_width=integer(f.get("width")), pcie_width_max=integer(f.get("width_max")),
-            fan=raw.get("fan.speed"), fabric_state=f.get("fabric_state"), fabric_status=f.get("fabric_status"),
-            recovery_action=f.get("recovery"),
-        ))
+        result.gpus.append(
+            GpuState(
+                source=source,
+                fmt="csv",
+                index=integer(f.get("index")) if f.get("index") else index,
+                bus_id=normalize_bus(f.get("bus")),
+                name=f.get("name"),
+                uuid=f.get("uuid"),
+                persistence=flag(f.get("persistence")),
+                driver_model=f.get("driver_model"),
+                pstate=f.get("pstate"),
+                util_gpu=number(f.get("util")),
+                clocks_label=label,
+                clocks=clocks,
+                temp=number(f.get("temp")),
+                power_draw=number(f.get("power_draw")),
+                power_limit=number(f.get("power_limit") or f.get("power_limit2")),
+                power_default_limit=number(f.get("power_default")),
+                ecc_enabled=flag(f.get("ecc")),
+                ecc_volatile_unc=integer(f.get("v_unc")),
+                ecc_aggregate_unc=integer(f.get("a_unc")),
+                ecc_volatile_corr=integer(f.get("v_corr")),
+                ecc_aggregate_corr=integer(f.get("a_corr")),
+                retired_sbe=integer(f.get("r_sbe")),
+                retired_dbe=integer(f.get("r_dbe")),
+                retired_pending=flag(f.get("r_pending")),
+                remap_corr=integer(f.get("rm_corr")),
+                remap_unc=integer(f.get("rm_unc")),
+                remap_pending=flag(f.get("rm_pending")),
+                remap_failure=flag(f.get("rm_failure")),
+                mig_current=f.get("mig"),
+                mig_pending=f.get("mig_pending"),
+                pcie_gen=integer(f.get("gen")),
+                pcie_gen_max=integer(f.get("gen_max")),
+                pcie_width=integer(f.get("width")),
+                pcie_width_max=integer(f.get("width_max")),
+                fan=raw.get("fan.speed"),
+                fabric_state=f.get("fabric_state"),
+                fabric_status=f.get("fabric_status"),
+                recovery_action=f.get("recovery"),
+            )
+        )
     if not result.gpus:
         raise ParseFailure("a --query-gpu header but no rows")
     return result

@@ -13,9 +13,11 @@ from provision.doctor.model import Finding
 from provision.doctor.parse_log import CUDA_FOUND, CUDA_RUNTIME, OOM_DETAIL, TORCH_CUDA, Message
 from provision.doctor.rules_log import Add, Facts, _cut
 
-RELOAD = ("`sudo systemctl stop nvidia-persistenced nvidia-fabricmanager nvidia-dcgm 2>/dev/null; "
-          "sudo rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia && sudo modprobe nvidia` "
-          "(stop the display manager and every GPU process first: `sudo lsof /dev/nvidia*`), or reboot")
+RELOAD = (
+    "`sudo systemctl stop nvidia-persistenced nvidia-fabricmanager nvidia-dcgm 2>/dev/null; "
+    "sudo rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia && sudo modprobe nvidia` "
+    "(stop the display manager and every GPU process first: `sudo lsof /dev/nvidia*`), or reboot"
+)
 
 
 def _grouped(facts: Facts) -> dict[str, list[tuple[str, Message]]]:
@@ -59,19 +61,27 @@ def _mismatch(facts: Facts, msgs: dict[str, list[tuple[str, Message]]], add: Add
     if not lines and facts.smi_rc == 18:
         lines.append("nvidia-smi exit code 18 (NVML: library and kernel-module versions differ)")
     if not lines and smi and facts.module_version and smi[0] != facts.module_version[0]:
-        lines.append(f"nvidia-smi reports driver {smi[0]} [{smi[1]}], the loaded kernel module is "
-                     f"{facts.module_version[0]} [{facts.module_version[1]}]")
+        lines.append(
+            f"nvidia-smi reports driver {smi[0]} [{smi[1]}], the loaded kernel module is "
+            f"{facts.module_version[0]} [{facts.module_version[1]}]"
+        )
     if not lines:
         return
     user = library or client or (smi[0] if smi else None)
     versions = ", ".join(x for x in (user and f"user-space {user}", module and f"kernel module {module}") if x)
-    add(Finding("driver-library-mismatch", "error",
-                "Driver/library version mismatch: the user-space driver and the loaded kernel module differ"
-                + (f" ({versions})" if versions else ""),
-                "; ".join(lines),
-                "The driver packages were upgraded but the old kernel module is still loaded. Load the new one: "
-                f"{RELOAD}. Hold the driver packages (`apt-mark hold` / `dnf versionlock`) so unattended upgrades "
-                "cannot replace them under a running module again."), "host")
+    add(
+        Finding(
+            "driver-library-mismatch",
+            "error",
+            "Driver/library version mismatch: the user-space driver and the loaded kernel module differ"
+            + (f" ({versions})" if versions else ""),
+            "; ".join(lines),
+            "The driver packages were upgraded but the old kernel module is still loaded. Load the new one: "
+            f"{RELOAD}. Hold the driver packages (`apt-mark hold` / `dnf versionlock`) so unattended upgrades "
+            "cannot replace them under a running module again.",
+        ),
+        "host",
+    )
 
 
 def _not_loaded(facts: Facts, msgs: dict[str, list[tuple[str, Message]]], add: Add) -> None:
@@ -89,91 +99,146 @@ def _not_loaded(facts: Facts, msgs: dict[str, list[tuple[str, Message]]], add: A
     release = facts.uname or (missing[0][1].detail.rsplit("/", 1)[-1] if missing else None) or "$(uname -r)"
     if (loaded is not None and "nouveau" in loaded) or (nouveau and (loaded is None or "nvidia" not in loaded)):
         cause = "the nouveau driver holds the GPU"
-        evidence.append("nouveau is loaded" if loaded and "nouveau" in loaded
-                        else f"kernel log: {_cut(nouveau[0][1].line.raw)}")
-        fix = ("Blacklist nouveau: `printf 'blacklist nouveau\\noptions nouveau modeset=0\\n' | sudo tee "
-               "/etc/modprobe.d/blacklist-nouveau.conf`, rebuild the initramfs (`sudo update-initramfs -u` on "
-               "Debian/Ubuntu, `sudo dracut --force` on RHEL/Rocky) and reboot.")
+        evidence.append(
+            "nouveau is loaded" if loaded and "nouveau" in loaded else f"kernel log: {_cut(nouveau[0][1].line.raw)}"
+        )
+        fix = (
+            "Blacklist nouveau: `printf 'blacklist nouveau\\noptions nouveau modeset=0\\n' | sudo tee "
+            "/etc/modprobe.d/blacklist-nouveau.conf`, rebuild the initramfs (`sudo update-initramfs -u` on "
+            "Debian/Ubuntu, `sudo dracut --force` on RHEL/Rocky) and reboot."
+        )
     elif sb_reject or (facts.secure_boot and (loaded is None or "nvidia" not in loaded)):
         cause = "Secure Boot refuses the unsigned nvidia module"
         if facts.secure_boot:
             evidence.append("mokutil: SecureBoot enabled")
         if sb_reject:
             evidence.append(f"kernel log: {_cut(sb_reject[0][1].line.raw)} [{sb_reject[0][0]}]")
-        fix = ("Sign the module with an enrolled key: enroll the DKMS key (`sudo mokutil --import "
-               "/var/lib/dkms/mok.pub`, reboot, confirm in the MOK manager) or install the distribution's signed "
-               "precompiled driver packages; or turn Secure Boot off in the firmware. Check with `mokutil --sb-state`.")
+        fix = (
+            "Sign the module with an enrolled key: enroll the DKMS key (`sudo mokutil --import "
+            "/var/lib/dkms/mok.pub`, reboot, confirm in the MOK manager) or install the distribution's signed "
+            "precompiled driver packages; or turn Secure Boot off in the firmware. Check with `mokutil --sb-state`."
+        )
     elif missing or (loaded is not None and "nvidia" not in loaded):
         cause = f"no nvidia module is built for the running kernel {release}"
         if missing:
             evidence.append(f"kernel log: {_cut(missing[0][1].line.raw)} [{missing[0][0]}]")
         if loaded is not None:
             evidence.append(f"nvidia is not among the {len(loaded)} loaded modules")
-        fix = (f"Check `dkms status` for a build for {release}, install the matching headers "
-               "(`sudo apt install linux-headers-$(uname -r)` or `sudo dnf install kernel-devel-$(uname -r)`), rebuild "
-               "with `sudo dkms autoinstall -k $(uname -r)` and load it with `sudo modprobe nvidia`; if the kernel was "
-               "upgraded without headers, reboot into the previous kernel meanwhile.")
+        fix = (
+            f"Check `dkms status` for a build for {release}, install the matching headers "
+            "(`sudo apt install linux-headers-$(uname -r)` or `sudo dnf install kernel-devel-$(uname -r)`), rebuild "
+            "with `sudo dkms autoinstall -k $(uname -r)` and load it with `sudo modprobe nvidia`; if the kernel was "
+            "upgraded without headers, reboot into the previous kernel meanwhile."
+        )
     elif loaded is not None and "nvidia" in loaded:
         cause = "the module is loaded but the GPU does not answer"
         evidence.append("nvidia is loaded")
-        fix = ("Look in the kernel log for Xid 79 / 'fallen off the bus', probe or RmInitAdapter failures "
-               "(`sudo dmesg | grep -iE 'nvrm|xid'`), check `ls -l /dev/nvidia*`, and inside a container check that "
-               "it was started with the GPUs (`--gpus all`, CDI). A reboot recovers a GPU that fell off the bus.")
+        fix = (
+            "Look in the kernel log for Xid 79 / 'fallen off the bus', probe or RmInitAdapter failures "
+            "(`sudo dmesg | grep -iE 'nvrm|xid'`), check `ls -l /dev/nvidia*`, and inside a container check that "
+            "it was started with the GPUs (`--gpus all`, CDI). A reboot recovers a GPU that fell off the bus."
+        )
     else:
         cause = "cause unknown from what was read"
-        fix = ("Find out why the module is not loaded: `lsmod | grep -E 'nvidia|nouveau'`, `dkms status`, "
-               "`mokutil --sb-state`, `sudo dmesg | grep -iE 'nvidia|nouveau|lockdown'`; then load it with "
-               "`sudo modprobe nvidia` (or reinstall the driver for the running kernel). Running doctor with the "
-               "kernel log and module list names the cause.")
-    add(Finding("driver-not-loaded", "error", f"nvidia-smi cannot talk to the NVIDIA driver: {cause}",
-                "; ".join(evidence) or "(no nvidia-smi output)", fix), "host")
+        fix = (
+            "Find out why the module is not loaded: `lsmod | grep -E 'nvidia|nouveau'`, `dkms status`, "
+            "`mokutil --sb-state`, `sudo dmesg | grep -iE 'nvidia|nouveau|lockdown'`; then load it with "
+            "`sudo modprobe nvidia` (or reinstall the driver for the running kernel). Running doctor with the "
+            "kernel log and module list names the cause."
+        )
+    add(
+        Finding(
+            "driver-not-loaded",
+            "error",
+            f"nvidia-smi cannot talk to the NVIDIA driver: {cause}",
+            "; ".join(evidence) or "(no nvidia-smi output)",
+            fix,
+        ),
+        "host",
+    )
 
 
 _SIMPLE = {
-    "no-devices": ("error", "nvidia-smi found no GPUs",
-                   "Check that the GPUs are on the bus (`lspci -nn | grep -i nvidia`). If they are: see which driver "
-                   "holds them (`lspci -k -d 10de:`; not nouveau or vfio-pci), and whether this driver branch supports "
-                   "them (kernel log: `sudo dmesg | grep NVRM`). If they are not: reseat and power-cycle."),
-    "nvml-not-found": ("error", "NVML / nvidia-smi is not installed where it was run",
-                       "Install the driver's user-space part (`nvidia-utils-<branch>` on Ubuntu, `nvidia-driver-cuda` "
-                       "on RHEL-family), matching the kernel module's version; in a container, start it through the "
-                       "NVIDIA Container Toolkit (`--gpus all`, `--runtime nvidia` or CDI)."),
-    "nvml-unknown-error": ("error", "NVML failed to initialise (Unknown Error)",
-                           "In a container this usually means it lost its /dev/nvidia* devices (for example after "
-                           "`systemctl daemon-reload` with cgroup v2 and the legacy runtime hook): restart the "
-                           "container and move the toolkit to CDI (`sudo nvidia-ctk cdi generate --output="
-                           "/etc/cdi/nvidia.yaml`). On the host check `ls -l /dev/nvidia*` and the kernel log."),
-    "nvml-no-permission": ("error", "NVML has no permission to open the GPUs",
-                           "Check the device nodes (`ls -l /dev/nvidia*`, module option `NVreg_DeviceFileMode`) and "
-                           "that the user may open them, or run the tool as root."),
-    "gpu-lost": ("error", "nvidia-smi cannot reach a GPU (GPU is lost)",
-                 "A lost GPU needs a reboot (power-cycle if needed); look for Xid 79 / 'fallen off the bus' in the "
-                 "kernel log, and have the GPU checked or replaced if it happens again."),
-    "gpu-reset-required": ("error", "nvidia-smi says a GPU needs a reset",
-                           "Drain the GPU and reset it (`sudo nvidia-smi -r -i <bus-id>`), or reboot."),
-    "inforom-corrupted": ("warning", "A GPU's infoROM is corrupted",
-                          "The GPU still works, but its ECC and page-retirement records may be unreliable: check "
-                          "`nvidia-smi -q -d ECC,PAGE_RETIREMENT`, collect `sudo nvidia-bug-report.sh` and ask NVIDIA "
-                          "or the vendor for an infoROM reflash or an RMA."),
-    "fabric-not-ready": ("error", "CUDA reports the system is not initialised (fabric manager)",
-                         "On NVSwitch systems CUDA waits for the fabric: `sudo systemctl enable --now "
-                         "nvidia-fabricmanager` (same version as the driver) and check `journalctl -u "
-                         "nvidia-fabricmanager`."),
-    "no-cuda-device": ("error", "The application found no CUDA device",
-                       "Check that nvidia-smi lists the GPUs, that CUDA_VISIBLE_DEVICES is not empty or wrong, and "
-                       "that a container was started with the GPUs (`--gpus all` or CDI)."),
-    "cuda-no-kernel-image": ("error", "The application has no GPU code for this GPU's architecture",
-                             "Install a framework build compiled for this GPU's compute capability (compare "
-                             "`torch.cuda.get_arch_list()` with `nvidia-smi --query-gpu=compute_cap --format=csv`), "
-                             "or rebuild with `-gencode arch=compute_XX,code=sm_XX`."),
-    "cuda-compat-mismatch": ("error", "CUDA forward compatibility failed",
-                             "The cuda-compat libraries in use do not fit this GPU or driver (forward compatibility "
-                             "needs a data-center GPU and a supported driver branch): remove cuda-compat from "
-                             "LD_LIBRARY_PATH / the image, or upgrade the host driver to one the CUDA runtime "
-                             "supports natively."),
-    "ecc-uncorrectable": ("error", "The application hit an uncorrectable ECC error",
-                          "Drain the GPU, reset it or reboot so the memory is retired/remapped, and check "
-                          "`nvidia-smi -q -d ECC,PAGE_RETIREMENT,ROW_REMAPPER`."),
+    "no-devices": (
+        "error",
+        "nvidia-smi found no GPUs",
+        "Check that the GPUs are on the bus (`lspci -nn | grep -i nvidia`). If they are: see which driver "
+        "holds them (`lspci -k -d 10de:`; not nouveau or vfio-pci), and whether this driver branch supports "
+        "them (kernel log: `sudo dmesg | grep NVRM`). If they are not: reseat and power-cycle.",
+    ),
+    "nvml-not-found": (
+        "error",
+        "NVML / nvidia-smi is not installed where it was run",
+        "Install the driver's user-space part (`nvidia-utils-<branch>` on Ubuntu, `nvidia-driver-cuda` "
+        "on RHEL-family), matching the kernel module's version; in a container, start it through the "
+        "NVIDIA Container Toolkit (`--gpus all`, `--runtime nvidia` or CDI).",
+    ),
+    "nvml-unknown-error": (
+        "error",
+        "NVML failed to initialise (Unknown Error)",
+        "In a container this usually means it lost its /dev/nvidia* devices (for example after "
+        "`systemctl daemon-reload` with cgroup v2 and the legacy runtime hook): restart the "
+        "container and move the toolkit to CDI (`sudo nvidia-ctk cdi generate --output="
+        "/etc/cdi/nvidia.yaml`). On the host check `ls -l /dev/nvidia*` and the kernel log.",
+    ),
+    "nvml-no-permission": (
+        "error",
+        "NVML has no permission to open the GPUs",
+        "Check the device nodes (`ls -l /dev/nvidia*`, module option `NVreg_DeviceFileMode`) and "
+        "that the user may open them, or run the tool as root.",
+    ),
+    "gpu-lost": (
+        "error",
+        "nvidia-smi cannot reach a GPU (GPU is lost)",
+        "A lost GPU needs a reboot (power-cycle if needed); look for Xid 79 / 'fallen off the bus' in the "
+        "kernel log, and have the GPU checked or replaced if it happens again.",
+    ),
+    "gpu-reset-required": (
+        "error",
+        "nvidia-smi says a GPU needs a reset",
+        "Drain the GPU and reset it (`sudo nvidia-smi -r -i <bus-id>`), or reboot.",
+    ),
+    "inforom-corrupted": (
+        "warning",
+        "A GPU's infoROM is corrupted",
+        "The GPU still works, but its ECC and page-retirement records may be unreliable: check "
+        "`nvidia-smi -q -d ECC,PAGE_RETIREMENT`, collect `sudo nvidia-bug-report.sh` and ask NVIDIA "
+        "or the vendor for an infoROM reflash or an RMA.",
+    ),
+    "fabric-not-ready": (
+        "error",
+        "CUDA reports the system is not initialised (fabric manager)",
+        "On NVSwitch systems CUDA waits for the fabric: `sudo systemctl enable --now "
+        "nvidia-fabricmanager` (same version as the driver) and check `journalctl -u "
+        "nvidia-fabricmanager`.",
+    ),
+    "no-cuda-device": (
+        "error",
+        "The application found no CUDA device",
+        "Check that nvidia-smi lists the GPUs, that CUDA_VISIBLE_DEVICES is not empty or wrong, and "
+        "that a container was started with the GPUs (`--gpus all` or CDI).",
+    ),
+    "cuda-no-kernel-image": (
+        "error",
+        "The application has no GPU code for this GPU's architecture",
+        "Install a framework build compiled for this GPU's compute capability (compare "
+        "`torch.cuda.get_arch_list()` with `nvidia-smi --query-gpu=compute_cap --format=csv`), "
+        "or rebuild with `-gencode arch=compute_XX,code=sm_XX`.",
+    ),
+    "cuda-compat-mismatch": (
+        "error",
+        "CUDA forward compatibility failed",
+        "The cuda-compat libraries in use do not fit this GPU or driver (forward compatibility "
+        "needs a data-center GPU and a supported driver branch): remove cuda-compat from "
+        "LD_LIBRARY_PATH / the image, or upgrade the host driver to one the CUDA runtime "
+        "supports natively.",
+    ),
+    "ecc-uncorrectable": (
+        "error",
+        "The application hit an uncorrectable ECC error",
+        "Drain the GPU, reset it or reboot so the memory is retired/remapped, and check "
+        "`nvidia-smi -q -d ECC,PAGE_RETIREMENT,ROW_REMAPPER`.",
+    ),
 }
 
 
@@ -182,8 +247,16 @@ def _simple_messages(facts: Facts, msgs: dict[str, list[tuple[str, Message]]], a
         hits = msgs.get(ident)
         if hits:
             detail = next((m.detail for _, m in hits if re.match(r"[0-9A-Fa-f]{4,8}:", m.detail or "")), None)
-            add(Finding(ident, severity, title + (f" ({detail})" if detail else ""), _evidence(hits),
-                        fix.replace("<bus-id>", detail or "<bus-id>")), "host")
+            add(
+                Finding(
+                    ident,
+                    severity,
+                    title + (f" ({detail})" if detail else ""),
+                    _evidence(hits),
+                    fix.replace("<bus-id>", detail or "<bus-id>"),
+                ),
+                "host",
+            )
 
 
 def _app_messages(facts: Facts, msgs: dict[str, list[tuple[str, Message]]], add: Add) -> None:
@@ -191,13 +264,23 @@ def _app_messages(facts: Facts, msgs: dict[str, list[tuple[str, Message]]], add:
     if not hits:
         return
     detail = next((d for _, m in hits for d in OOM_DETAIL.findall(m.line)), None)
-    mig = (" This host runs MIG: a larger MIG profile (for example 3g.40gb instead of 1g.10gb) gives the job more "
-           "memory." if facts.mig_enabled() else " On a MIG GPU, use a larger MIG profile.")
-    add(Finding("out-of-memory", "error", "The application ran out of GPU memory" + (f" ({detail})" if detail else ""),
-                _evidence(hits),
-                "Lower the batch size (or sequence length), enable gradient checkpointing (activation "
-                "recomputation), use mixed precision, or shard the model over more GPUs; check that no other process "
-                "holds memory (`nvidia-smi --query-compute-apps=pid,used_memory --format=csv`)." + mig), "host")
+    mig = (
+        " This host runs MIG: a larger MIG profile (for example 3g.40gb instead of 1g.10gb) gives the job more memory."
+        if facts.mig_enabled()
+        else " On a MIG GPU, use a larger MIG profile."
+    )
+    add(
+        Finding(
+            "out-of-memory",
+            "error",
+            "The application ran out of GPU memory" + (f" ({detail})" if detail else ""),
+            _evidence(hits),
+            "Lower the batch size (or sequence length), enable gradient checkpointing (activation "
+            "recomputation), use mixed precision, or shard the model over more GPUs; check that no other process "
+            "holds memory (`nvidia-smi --query-compute-apps=pid,used_memory --format=csv`)." + mig,
+        ),
+        "host",
+    )
 
 
 def _cuda_insufficient(facts: Facts, msgs: dict[str, list[tuple[str, Message]]], matrix: Any, add: Add) -> None:
@@ -217,18 +300,34 @@ def _cuda_insufficient(facts: Facts, msgs: dict[str, list[tuple[str, Message]]],
     if found and not driver_cuda:
         value = int(found[1])
         driver_cuda = f"{value // 1000}.{value % 1000 // 10}"
-    facts_text = [x for x in (needed and f"the application needs CUDA {needed}",
-                              driver and f"host driver {driver}",
-                              driver_cuda and f"which supports CUDA up to {driver_cuda}") if x]
+    facts_text = [
+        x
+        for x in (
+            needed and f"the application needs CUDA {needed}",
+            driver and f"host driver {driver}",
+            driver_cuda and f"which supports CUDA up to {driver_cuda}",
+        )
+        if x
+    ]
     evidence = _evidence(hits) + (f"; {', '.join(facts_text)}" if facts_text else "")
-    fix = ("Upgrade the driver to one that supports the application's CUDA runtime (NVIDIA's CUDA release notes, "
-           "Table 3 lists the minimum driver per CUDA release), or run a build made for an older CUDA (an older "
-           "`nvidia/cuda` base image, a framework wheel for a lower `+cuXYZ`).")
+    fix = (
+        "Upgrade the driver to one that supports the application's CUDA runtime (NVIDIA's CUDA release notes, "
+        "Table 3 lists the minimum driver per CUDA release), or run a build made for an older CUDA (an older "
+        "`nvidia/cuda` base image, a framework wheel for a lower `+cuXYZ`)."
+    )
     if matrix is not None:
         fix = _matrix_fix(matrix, needed, driver) or fix
-    add(Finding("cuda-driver-insufficient", "error",
-                "CUDA driver version is insufficient for the application's CUDA runtime"
-                + (f" (CUDA {needed}, driver {driver})" if needed and driver else ""), evidence, fix), "host")
+    add(
+        Finding(
+            "cuda-driver-insufficient",
+            "error",
+            "CUDA driver version is insufficient for the application's CUDA runtime"
+            + (f" (CUDA {needed}, driver {driver})" if needed and driver else ""),
+            evidence,
+            fix,
+        ),
+        "host",
+    )
 
 
 def _matrix_fix(matrix: Any, needed: str | None, driver: str | None) -> str | None:
@@ -251,8 +350,10 @@ def _matrix_fix(matrix: Any, needed: str | None, driver: str | None) -> str | No
             floor = next((mc for mc in matrix.minor_compat if mc.cuda_major == major), None)
             parts.append(f"CUDA {needed} needs driver >= {first.min_driver} ({first.label})")
             if floor:
-                parts.append(f"minor-version compatibility runs any CUDA {major}.x on >= {floor.min_driver}, "
-                             "without PTX JIT of newer code")
+                parts.append(
+                    f"minor-version compatibility runs any CUDA {major}.x on >= {floor.min_driver}, "
+                    "without PTX JIT of newer code"
+                )
     if host is not None:
         supported = [c for c in matrix.cuda if c.min_driver <= host]
         if supported:
@@ -262,13 +363,18 @@ def _matrix_fix(matrix: Any, needed: str | None, driver: str | None) -> str | No
             parts.append(f"driver {driver} is older than the minimum of every catalogued CUDA release")
     if not parts:
         return None
-    pick = f"`provision plan --gpu <id> --cuda {needed}` picks a driver for it" if needed else \
-        "`provision plan --gpu <id> --cuda <X.Y>` picks a driver for the CUDA you need"
+    pick = (
+        f"`provision plan --gpu <id> --cuda {needed}` picks a driver for it"
+        if needed
+        else "`provision plan --gpu <id> --cuda <X.Y>` picks a driver for the CUDA you need"
+    )
     advice = f"Upgrade the driver ({pick}) or use a build for an older CUDA."
     if floor and host is not None and host >= floor.min_driver:
-        advice = ("This driver should run it under minor-version compatibility, so the application probably needs "
-                  "PTX JIT or a newer-driver feature, or loads another libcuda (check `ldconfig -p | grep libcuda`, "
-                  "a cuda-compat package in the image). " + advice)
+        advice = (
+            "This driver should run it under minor-version compatibility, so the application probably needs "
+            "PTX JIT or a newer-driver feature, or loads another libcuda (check `ldconfig -p | grep libcuda`, "
+            "a cuda-compat package in the image). " + advice
+        )
     return "; ".join(parts) + ". " + advice
 
 
@@ -285,8 +391,17 @@ _RC = {
     127: ("nvml-not-found", "nvidia-smi is not installed (exit code 127)"),
     6: ("no-devices", "nvidia-smi exited 6: it found no GPU"),
 }
-_SMI_MESSAGES = {"driver-library-mismatch", "driver-not-loaded", "no-devices", "nvml-not-found", "nvml-unknown-error",
-                 "nvml-no-permission", "gpu-lost", "gpu-reset-required", "inforom-corrupted"}
+_SMI_MESSAGES = {
+    "driver-library-mismatch",
+    "driver-not-loaded",
+    "no-devices",
+    "nvml-not-found",
+    "nvml-unknown-error",
+    "nvml-no-permission",
+    "gpu-lost",
+    "gpu-reset-required",
+    "inforom-corrupted",
+}
 
 
 def _exit_code(facts: Facts, msgs: dict[str, list[tuple[str, Message]]], add: Add) -> None:
@@ -302,16 +417,37 @@ def _exit_code(facts: Facts, msgs: dict[str, list[tuple[str, Message]]], add: Ad
         severity, _t, fix = _SIMPLE[ident]
         add(Finding(ident, severity, title, f"nvidia-smi exit code {rc}", fix), "host")
     elif rc == 124:
-        add(Finding("nvidia-smi-hung", "error", "nvidia-smi did not answer in time (killed by timeout)",
-                    "nvidia-smi exit code 124",
-                    "The driver is stuck on a GPU: look for Xid 119/120 (GSP timeouts), Xid 79 or 'fallen off the "
-                    "bus' in the kernel log (`sudo dmesg | grep -i xid`); a GPU reset (`sudo nvidia-smi -r -i "
-                    "<bus-id>`) or a reboot usually recovers it."), "host")
+        add(
+            Finding(
+                "nvidia-smi-hung",
+                "error",
+                "nvidia-smi did not answer in time (killed by timeout)",
+                "nvidia-smi exit code 124",
+                "The driver is stuck on a GPU: look for Xid 119/120 (GSP timeouts), Xid 79 or 'fallen off the "
+                "bus' in the kernel log (`sudo dmesg | grep -i xid`); a GPU reset (`sudo nvidia-smi -r -i "
+                "<bus-id>`) or a reboot usually recovers it.",
+            ),
+            "host",
+        )
     elif rc == 8:
-        add(Finding("gpu-power-cables", "error", "nvidia-smi exited 8: a GPU's external power cables are not attached",
-                    "nvidia-smi exit code 8",
-                    "Power the machine down and connect/reseat the GPU's auxiliary power cables."), "host")
+        add(
+            Finding(
+                "gpu-power-cables",
+                "error",
+                "nvidia-smi exited 8: a GPU's external power cables are not attached",
+                "nvidia-smi exit code 8",
+                "Power the machine down and connect/reseat the GPU's auxiliary power cables.",
+            ),
+            "host",
+        )
     else:
-        add(Finding("nvidia-smi-failed", "error", f"nvidia-smi failed (exit code {rc})", f"nvidia-smi exit code {rc}",
-                    "Run `nvidia-smi` by hand to see its message, and read the kernel log (`sudo dmesg | grep NVRM`)."),
-            "host")
+        add(
+            Finding(
+                "nvidia-smi-failed",
+                "error",
+                f"nvidia-smi failed (exit code {rc})",
+                f"nvidia-smi exit code {rc}",
+                "Run `nvidia-smi` by hand to see its message, and read the kernel log (`sudo dmesg | grep NVRM`).",
+            ),
+            "host",
+        )

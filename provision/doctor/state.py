@@ -82,7 +82,12 @@ def clean(text: str | None) -> str | None:
         return None
     t = text.strip()
     if not t or t.strip("[]").lower() in (
-        "n/a", "not supported", "not found", "unknown", "none", "requested functionality has been deprecated",
+        "n/a",
+        "not supported",
+        "not found",
+        "unknown",
+        "none",
+        "requested functionality has been deprecated",
         "insufficient permissions",
     ):
         return None

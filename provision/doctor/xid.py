@@ -53,8 +53,10 @@ class XidCatalog(NamedTuple):
     def fix(self, code: int) -> str:
         entry = self.entries.get(code)
         if entry is None:
-            return (f"Xid {code} is not in NVIDIA's catalogue ({self.url}); collect "
-                    "`sudo nvidia-bug-report.sh` and check the driver release notes.")
+            return (
+                f"Xid {code} is not in NVIDIA's catalogue ({self.url}); collect "
+                "`sudo nvidia-bug-report.sh` and check the driver release notes."
+            )
         first = self.buckets[entry.immediate or UNSPECIFIED]
         text = f"{first.fix} (NVIDIA: {first.name})"
         follow = (entry.investigatory or "").strip()
@@ -110,8 +112,9 @@ def _load(directory: str) -> XidCatalog:
             schema = json.loads(handle.read())
     except (OSError, ValueError) as exc:
         raise CompatDataError("schema/xid.schema.json", "", f"unreadable schema ({exc})") from None
-    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(doc),
-                    key=lambda e: list(map(str, e.absolute_path)))
+    errors = sorted(
+        jsonschema.Draft202012Validator(schema).iter_errors(doc), key=lambda e: list(map(str, e.absolute_path))
+    )
     if errors:
         err = errors[0]
         where = key_path(doc, list(err.absolute_path))
@@ -130,7 +133,8 @@ def _load(directory: str) -> XidCatalog:
         for ref in bucket_references(row["investigatory_action"] or "", buckets):
             if ref not in buckets:
                 raise _fail(f"{where}.investigatory_action", f"unknown bucket {ref!r}")
-        entries[row["code"]] = XidEntry(row["code"], row["mnemonic"], row["description"],
-                                        row["immediate_action"], row["investigatory_action"])
+        entries[row["code"]] = XidEntry(
+            row["code"], row["mnemonic"], row["description"], row["immediate_action"], row["investigatory_action"]
+        )
     src = doc["source"]
     return XidCatalog(src["title"], src["url"], src["retrieved"], entries, buckets)

@@ -56,13 +56,15 @@ def parse_catalog(markdown: str) -> list[dict[str, Any]]:
         if len(cells) != 4:
             raise RefreshError(f"line {number}: expected 5 columns, found {len(cells) + 1}")
         mnemonic, description, immediate, investigatory = cells
-        rows.append({
-            "code": int(m[1]),
-            "mnemonic": _cell(mnemonic, " ") or "",
-            "description": _cell(description, " ") or "",
-            "immediate_action": _cell(immediate, " "),
-            "investigatory_action": _cell(investigatory, "; "),
-        })
+        rows.append(
+            {
+                "code": int(m[1]),
+                "mnemonic": _cell(mnemonic, " ") or "",
+                "description": _cell(description, " ") or "",
+                "immediate_action": _cell(immediate, " "),
+                "investigatory_action": _cell(investigatory, "; "),
+            }
+        )
     if not rows:
         raise RefreshError("no Xid rows found (expected a Markdown table starting '| <code> |')")
     codes = [r["code"] for r in rows]

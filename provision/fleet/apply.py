@@ -5,7 +5,8 @@ import json
 import os
 import re
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from provision.errors import InputError
@@ -25,7 +26,7 @@ class ApplyRequest(NamedTuple):
     serial: str | None = None  # N or N%
     max_fail_percentage: int | None = None
     allow_disruption: bool = False
-    extra_vars: dict[str, Any] = {}
+    extra_vars: Mapping[str, Any] = MappingProxyType({})
     run_dir: str | None = None
     full: bool = False  # run every task even on a host whose recorded state still holds
 
@@ -42,7 +43,9 @@ def prepare(request: ApplyRequest, *, matrix_loader: Callable[[], Any], playbook
     if bool(request.plan) == bool(request.fleet):
         raise InputError("give exactly one of --plan and --fleet", hint="--plan plan.lock.json, or --fleet fleet.yaml")
     if request.serial is not None and not re.fullmatch(r"[1-9]\d*%?", request.serial):
-        raise InputError(f"--serial {request.serial!r} is not a host count or percentage", hint="e.g. --serial 1 or --serial 25%")
+        raise InputError(
+            f"--serial {request.serial!r} is not a host count or percentage", hint="e.g. --serial 1 or --serial 25%"
+        )
     if request.max_fail_percentage is not None and not 0 <= request.max_fail_percentage <= 100:
         raise InputError("--max-fail-percentage must be between 0 and 100", hint="e.g. --max-fail-percentage 20")
     inventory = load_inventory(request.inventory)
@@ -51,10 +54,16 @@ def prepare(request: ApplyRequest, *, matrix_loader: Callable[[], Any], playbook
     if problems:
         first = problems[0]
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise InputError(f"{first.host + ' ' if first.host else ''}{first.text}{more}",
-                         hint="run provision inventory check -i INVENTORY" + (" --fleet FILE" if groups else ""))
-    run_dir = os.path.abspath(request.run_dir or os.path.join(
-        "provision-runs", dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)))
+        raise InputError(
+            f"{first.host + ' ' if first.host else ''}{first.text}{more}",
+            hint="run provision inventory check -i INVENTORY" + (" --fleet FILE" if groups else ""),
+        )
+    run_dir = os.path.abspath(
+        request.run_dir
+        or os.path.join(
+            "provision-runs", dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+        )
+    )
     os.makedirs(os.path.join(run_dir, "plans"), exist_ok=True)
     extravars: dict[str, Any] = {}
     import yaml
@@ -81,7 +90,9 @@ def prepare(request: ApplyRequest, *, matrix_loader: Callable[[], Any], playbook
     return Prepared(inventory, plans, extravars, run_dir)
 
 
-def load_plans(plan: str | None, fleet: str | None, matrix_loader: Callable[[], Any]) -> tuple[dict[str, Plan], list[str] | None]:
+def load_plans(
+    plan: str | None, fleet: str | None, matrix_loader: Callable[[], Any]
+) -> tuple[dict[str, Plan], list[str] | None]:
     """The plans of a run: {"all": plan} for one lock file, or group -> plan from a fleet file
     (groups in the file's order, which is the order a host in several groups is matched in)."""
     if plan:
@@ -137,7 +148,14 @@ def apply(request: ApplyRequest, *, matrix_loader: Callable[[], Any], playbooks:
 
     prepared = prepare(request, matrix_loader=matrix_loader, playbooks=playbooks)
     result = run_playbook(
-        run_dir=prepared.run_dir, playbooks=playbooks, inventory=request.inventory, extravars=prepared.extravars,
-        limit=request.limit, tags=request.tags, check=request.check, diff=request.diff, on_event=on_event,
+        run_dir=prepared.run_dir,
+        playbooks=playbooks,
+        inventory=request.inventory,
+        extravars=prepared.extravars,
+        limit=request.limit,
+        tags=request.tags,
+        check=request.check,
+        diff=request.diff,
+        on_event=on_event,
     )
     return prepared, result

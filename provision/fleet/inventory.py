@@ -9,9 +9,20 @@ from typing import Any, NamedTuple
 from provision.errors import InputError
 from provision.tools import ansible_inventory_binary
 
-KNOWN_CONNECTIONS = {"ssh", "paramiko", "smart", "local", "docker", "community.docker.docker", "podman",
-                     "containers.podman.podman", "ansible.builtin.ssh", "ansible.builtin.local",
-                     "ansible.builtin.paramiko_ssh", "paramiko_ssh"}
+KNOWN_CONNECTIONS = {
+    "ssh",
+    "paramiko",
+    "smart",
+    "local",
+    "docker",
+    "community.docker.docker",
+    "podman",
+    "containers.podman.podman",
+    "ansible.builtin.ssh",
+    "ansible.builtin.local",
+    "ansible.builtin.paramiko_ssh",
+    "paramiko_ssh",
+}
 
 
 class Inventory(NamedTuple):
@@ -23,19 +34,38 @@ class Inventory(NamedTuple):
 def load_inventory(path: str) -> Inventory:
     if not os.path.exists(path):
         raise InputError(f"inventory {path!r} does not exist", hint="pass -i with an inventory file or directory")
-    proc = subprocess.run([ansible_inventory_binary(), "-i", path, "--list"], capture_output=True, text=True,
-                          check=False, env={**os.environ, "ANSIBLE_INVENTORY_UNPARSED_WARNING": "True",
-                                            "ANSIBLE_NOCOLOR": "1", "ANSIBLE_DEPRECATION_WARNINGS": "False"})
-    problem = next((line.strip() for line in proc.stderr.splitlines()
-                    if "Unable to parse" in line or "ERROR" in line or "Failed to parse" in line), None)
+    proc = subprocess.run(
+        [ansible_inventory_binary(), "-i", path, "--list"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={
+            **os.environ,
+            "ANSIBLE_INVENTORY_UNPARSED_WARNING": "True",
+            "ANSIBLE_NOCOLOR": "1",
+            "ANSIBLE_DEPRECATION_WARNINGS": "False",
+        },
+    )
+    problem = next(
+        (
+            line.strip()
+            for line in proc.stderr.splitlines()
+            if "Unable to parse" in line or "ERROR" in line or "Failed to parse" in line
+        ),
+        None,
+    )
     if proc.returncode != 0 or problem:
         detail = problem or proc.stderr.strip().splitlines()[-1:] or ["ansible-inventory failed"]
-        raise InputError(f"inventory {path!r} cannot be parsed: {detail if isinstance(detail, str) else detail[0]}",
-                         hint="check it with: ansible-inventory -i INVENTORY --list")
+        raise InputError(
+            f"inventory {path!r} cannot be parsed: {detail if isinstance(detail, str) else detail[0]}",
+            hint="check it with: ansible-inventory -i INVENTORY --list",
+        )
     try:
         doc = json.loads(proc.stdout)
     except ValueError:
-        raise InputError(f"inventory {path!r} cannot be parsed", hint="check it with: ansible-inventory -i INVENTORY --list") from None
+        raise InputError(
+            f"inventory {path!r} cannot be parsed", hint="check it with: ansible-inventory -i INVENTORY --list"
+        ) from None
     hostvars = doc.get("_meta", {}).get("hostvars", {})
 
     def members(group: str, seen: set[str]) -> set[str]:
@@ -67,8 +97,10 @@ def select_hosts(inventory: Inventory, limit: str | None) -> list[str]:
         elif part in inventory.groups:
             wanted |= inventory.groups[part]
         else:
-            raise InputError(f"--limit {part!r} is neither a host nor a group of {inventory.path}",
-                             hint="ansible-inventory -i INVENTORY --graph lists them")
+            raise InputError(
+                f"--limit {part!r} is neither a host nor a group of {inventory.path}",
+                hint="ansible-inventory -i INVENTORY --graph lists them",
+            )
     selected = [n for n in names if n in wanted]
     if not selected:
         raise InputError(f"--limit {limit!r} selects no host", hint="ansible-inventory -i INVENTORY --graph lists them")
@@ -90,28 +122,36 @@ def load_fleet(path: str) -> list[FleetGroup]:
     except OSError as exc:
         raise InputError(f"cannot read fleet file {path!r}: {exc.strerror}", hint="check the --fleet path") from None
     except yaml.YAMLError as exc:
-        raise InputError(f"fleet file {path!r} is not YAML: {str(exc).splitlines()[0]}",
-                         hint="see the README's fleet file example") from None
+        raise InputError(
+            f"fleet file {path!r} is not YAML: {str(exc).splitlines()[0]}", hint="see the README's fleet file example"
+        ) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("groups"), dict) or not doc["groups"]:
-        raise InputError(f"fleet file {path!r} has no groups", hint="write groups: {GROUP: {os: OS, gpu: GPU}} (see README)")
+        raise InputError(
+            f"fleet file {path!r} has no groups", hint="write groups: {GROUP: {os: OS, gpu: GPU}} (see README)"
+        )
     allowed = {"os", "gpu", "driver", "cuda", "cudnn", "framework", "policy", "mig"}
     out = []
     base = os.path.dirname(os.path.abspath(path))
     for group, spec in doc["groups"].items():
         if not isinstance(spec, dict):
-            raise InputError(f"fleet file {path!r}: group {group!r} must map to a plan request or {{lock: FILE}}",
-                             hint="e.g. a100: {os: rocky9, gpu: a100-pcie}")
+            raise InputError(
+                f"fleet file {path!r}: group {group!r} must map to a plan request or {{lock: FILE}}",
+                hint="e.g. a100: {os: rocky9, gpu: a100-pcie}",
+            )
         if "lock" in spec:
             if set(spec) != {"lock"}:
-                raise InputError(f"fleet file {path!r}: group {group!r} mixes lock with request fields",
-                                 hint="give either lock: FILE or os/gpu/pins")
+                raise InputError(
+                    f"fleet file {path!r}: group {group!r} mixes lock with request fields",
+                    hint="give either lock: FILE or os/gpu/pins",
+                )
             out.append(FleetGroup(str(group), None, os.path.join(base, str(spec["lock"]))))
             continue
         unknown = set(spec) - allowed
         if unknown or not {"os", "gpu"} <= set(spec):
             what = f"unknown keys {sorted(unknown)}" if unknown else "needs os and gpu"
-            raise InputError(f"fleet file {path!r}: group {group!r} {what}",
-                             hint=f"allowed: {', '.join(sorted(allowed))}")
+            raise InputError(
+                f"fleet file {path!r}: group {group!r} {what}", hint=f"allowed: {', '.join(sorted(allowed))}"
+            )
         out.append(FleetGroup(str(group), {k: (None if v is None else str(v)) for k, v in spec.items()}, None))
     return out
 
@@ -149,13 +189,17 @@ def check_inventory(inventory: Inventory, fleet_groups: list[str] | None) -> lis
         if connection not in ("local", "ansible.builtin.local"):
             endpoint = (str(address), str(port or 22))
             if endpoint in endpoints:
-                problems.append(Problem(host, f"same address and port as {endpoints[endpoint]} ({endpoint[0]}:{endpoint[1]})"))
+                problems.append(
+                    Problem(host, f"same address and port as {endpoints[endpoint]} ({endpoint[0]}:{endpoint[1]})")
+                )
             else:
                 endpoints[endpoint] = host
     if fleet_groups is not None:
         for group in fleet_groups:
             if group not in inventory.groups:
-                problems.append(Problem(None, f"the fleet file plans group {group!r}, which the inventory does not have"))
+                problems.append(
+                    Problem(None, f"the fleet file plans group {group!r}, which the inventory does not have")
+                )
         for host in sorted(inventory.hosts):
             planned = [g for g in fleet_groups if host in inventory.groups.get(g, set())]
             if not planned:

@@ -60,21 +60,28 @@ def _message(res: dict[str, Any]) -> str:
             res = failed
     output = "\n".join(str(res.get(k) or "") for k in ("stderr", "stdout"))
     lines = []
-    for line in output.splitlines():
-        line = line.strip()
+    for raw in output.splitlines():
+        line = raw.strip()
         if line and _ERROR_LINE.search(line) and line not in lines:
             lines.append(line)
     msg = str(res.get("msg") or res.get("reason") or "").strip()
-    if lines:
-        text = "; ".join(lines[-3:])
-    else:
-        text = msg
+    text = "; ".join(lines[-3:]) if lines else msg
     return " ".join(text.split())[:400]
 
 
-def run_playbook(*, run_dir: str, playbooks: str, inventory: str, extravars: dict[str, Any], limit: str | None = None,
-                 tags: str | None = None, check: bool = False, diff: bool = False, forks: int = 20,
-                 on_event: Callable[[Progress], None] | None = None) -> RunResult:
+def run_playbook(
+    *,
+    run_dir: str,
+    playbooks: str,
+    inventory: str,
+    extravars: dict[str, Any],
+    limit: str | None = None,
+    tags: str | None = None,
+    check: bool = False,
+    diff: bool = False,
+    forks: int = 20,
+    on_event: Callable[[Progress], None] | None = None,
+) -> RunResult:
     try:
         import ansible_runner
     except ImportError as exc:  # pragma: no cover - a dependency of provision
@@ -105,12 +112,21 @@ def run_playbook(*, run_dir: str, playbooks: str, inventory: str, extravars: dic
         elif name == "runner_on_skipped":
             kind = "skipped"
         if kind and on_event is not None:
-            on_event(Progress(kind, host, task or data.get("play"), _message(data.get("res", {})) if kind in ("failed", "unreachable") else None))
+            on_event(
+                Progress(
+                    kind,
+                    host,
+                    task or data.get("play"),
+                    _message(data.get("res", {})) if kind in ("failed", "unreachable") else None,
+                )
+            )
         return True
 
     os.makedirs(run_dir, exist_ok=True)
     if shutil.which("ansible-playbook", path=tool_path()) is None:
-        raise ToolingError("ansible-playbook is not installed", hint="pip install provision (it depends on ansible-core)")
+        raise ToolingError(
+            "ansible-playbook is not installed", hint="pip install provision (it depends on ansible-core)"
+        )
     os.environ["PATH"] = tool_path()  # ansible-runner looks ansible-playbook up before it applies envvars
     runner = ansible_runner.run(
         private_data_dir=run_dir,
@@ -124,8 +140,12 @@ def run_playbook(*, run_dir: str, playbooks: str, inventory: str, extravars: dic
         forks=forks,
         quiet=True,
         event_handler=handler,
-        envvars={"ANSIBLE_NOCOLOR": "1", "ANSIBLE_DEPRECATION_WARNINGS": "False",
-                 "ANSIBLE_CONFIG": os.path.join(playbooks, "ansible.cfg"), "PATH": tool_path()},
+        envvars={
+            "ANSIBLE_NOCOLOR": "1",
+            "ANSIBLE_DEPRECATION_WARNINGS": "False",
+            "ANSIBLE_CONFIG": os.path.join(playbooks, "ansible.cfg"),
+            "PATH": tool_path(),
+        },
         settings={"suppress_ansible_output": True},
     )
     stats = runner.stats or {}

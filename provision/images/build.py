@@ -15,8 +15,9 @@ TAIL = 25
 class BuildError(OperationFailed):
     def __init__(self, message: str, *, step: str | None, tail: list[str]):
         details = ([f"failing step: {step}"] if step else []) + ["--- last lines of the build log ---", *tail]
-        super().__init__(message, hint="fix the step above (the full log streamed before this), then rebuild",
-                         details=details)
+        super().__init__(
+            message, hint="fix the step above (the full log streamed before this), then rebuild", details=details
+        )
         self.step = step
         self.tail = tail
 
@@ -39,22 +40,42 @@ def client(docker_client=None):
     try:
         api = docker.APIClient(base_url=os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"), timeout=600)
         api.ping()
-    except Exception as exc:  # noqa: BLE001 - any connection failure means "no engine"
-        raise ToolingError(f"no Docker engine answers ({type(exc).__name__})",
-                           hint="start dockerd (or set DOCKER_HOST); render works without one: provision render") from None
+    except Exception as exc:
+        raise ToolingError(
+            f"no Docker engine answers ({type(exc).__name__})",
+            hint="start dockerd (or set DOCKER_HOST); render works without one: provision render",
+        ) from None
     return api
 
 
-def build_image(context: str, *, tags: list[str], labels: dict[str, str] | None = None, platform: str | None = None,
-                cache_from: list[str] | None = None, no_cache: bool = False, docker_client=None,
-                on_line: Callable[[str], None] | None = None) -> BuildResult:
+def build_image(
+    context: str,
+    *,
+    tags: list[str],
+    labels: dict[str, str] | None = None,
+    platform: str | None = None,
+    cache_from: list[str] | None = None,
+    no_cache: bool = False,
+    docker_client=None,
+    on_line: Callable[[str], None] | None = None,
+) -> BuildResult:
     api = client(docker_client)
     log: list[str] = []
     step: str | None = None
     image_id = None
-    stream = api.build(path=context, tag=tags[0], rm=True, forcerm=True, decode=True, nocache=no_cache,
-                       pull=False, platform=platform, cache_from=cache_from or None, network_mode="host",
-                       labels=labels or None)
+    stream = api.build(
+        path=context,
+        tag=tags[0],
+        rm=True,
+        forcerm=True,
+        decode=True,
+        nocache=no_cache,
+        pull=False,
+        platform=platform,
+        cache_from=cache_from or None,
+        network_mode="host",
+        labels=labels or None,
+    )
     for chunk in stream:
         if "stream" in chunk:
             for line in chunk["stream"].splitlines():
@@ -100,11 +121,17 @@ def push_image(tags: list[str], *, docker_client=None, on_line: Callable[[str], 
     return tuple(dict.fromkeys(digests))
 
 
-def write_image_lock(path: str, *, plan_digest: str, variant: str, result: BuildResult, repo_digests: tuple[str, ...],
-                     from_ref: str) -> None:
+def write_image_lock(
+    path: str, *, plan_digest: str, variant: str, result: BuildResult, repo_digests: tuple[str, ...], from_ref: str
+) -> None:
     doc: dict[str, Any] = {
-        "schema": 1, "plan_digest": plan_digest, "variant": variant, "image_id": result.image_id,
-        "tags": list(result.tags), "repo_digests": list(repo_digests), "base_image": from_ref,
+        "schema": 1,
+        "plan_digest": plan_digest,
+        "variant": variant,
+        "image_id": result.image_id,
+        "tags": list(result.tags),
+        "repo_digests": list(repo_digests),
+        "base_image": from_ref,
     }
     with open(path, "w", encoding="utf-8") as handle:
         json.dump(doc, handle, indent=2)

@@ -50,11 +50,19 @@ def make_env(templates: str | None = None):
     loaders = [PrefixLoader({"provision": ours})]
     if templates:
         if not os.path.isdir(templates):
-            raise InputError(f"--templates {templates!r} is not a directory", hint="point it at a folder of *.j2 templates")
+            raise InputError(
+                f"--templates {templates!r} is not a directory", hint="point it at a folder of *.j2 templates"
+            )
         loaders.insert(0, FileSystemLoader(templates))
     loaders.append(ours)
-    return SandboxedEnvironment(loader=ChoiceLoader(loaders), undefined=StrictUndefined, trim_blocks=True,
-                                lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
+    return SandboxedEnvironment(
+        loader=ChoiceLoader(loaders),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
 
 
 def _python(image_os: dict[str, Any], requires: str | None, os_name: str) -> dict[str, Any]:
@@ -65,8 +73,10 @@ def _python(image_os: dict[str, Any], requires: str | None, os_name: str) -> dic
         if _satisfies(option["version"], requires):
             return option
     offered = ", ".join(o["version"] for o in options)
-    raise InputError(f"no Python on {os_name} images satisfies the framework's Requires-Python {requires} (offered: {offered})",
-                     hint="plan an older framework release, or another OS")
+    raise InputError(
+        f"no Python on {os_name} images satisfies the framework's Requires-Python {requires} (offered: {offered})",
+        hint="plan an older framework release, or another OS",
+    )
 
 
 def _satisfies(version: str, spec: str) -> bool:
@@ -82,7 +92,9 @@ def image_tags(plan: Plan, variant: str) -> tuple[str, ...]:
     return (f"{fw}-cuda{plan.cuda.version}-{plan.os.cuda_image_os}", f"plan-{plan.short_digest}-{variant}")
 
 
-def render_image(plan: Plan, variant: str, *, templates: str | None = None, base_image: str | None = None) -> RenderedImage:
+def render_image(
+    plan: Plan, variant: str, *, templates: str | None = None, base_image: str | None = None
+) -> RenderedImage:
     known = variants(templates)
     if variant not in known:
         raise InputError(f"unknown variant {variant!r}", hint=f"variants: {', '.join(sorted(known))}")
@@ -90,8 +102,10 @@ def render_image(plan: Plan, variant: str, *, templates: str | None = None, base
     needs = spec.get("framework")
     if needs and (plan.framework is None or plan.framework.name != needs):
         have = f"a {plan.framework.name} plan" if plan.framework else "a plan without a framework"
-        raise InputError(f"variant {variant!r} needs a plan with --framework {needs}==VERSION, got {have}",
-                         hint=f"provision plan ... --framework {needs}==VERSION --lock plan.lock.json")
+        raise InputError(
+            f"variant {variant!r} needs a plan with --framework {needs}==VERSION, got {have}",
+            hint=f"provision plan ... --framework {needs}==VERSION --lock plan.lock.json",
+        )
     os_facts = _yaml(os.path.join(images_dir(), "os.yaml"))["image_os"]
     image_os_name = plan.os.cuda_image_os
     if image_os_name not in os_facts:
@@ -103,11 +117,15 @@ def render_image(plan: Plan, variant: str, *, templates: str | None = None, base
     if flavour == "devel" and plan.cudnn is not None and "cudnn-devel" in plan.images:
         flavour = "cudnn-devel"
     if flavour not in plan.images:
-        raise InputError(f"the plan has no nvidia/cuda {flavour} image for {image_os_name}",
-                         hint=f"published: {', '.join(sorted(plan.images))}")
+        raise InputError(
+            f"the plan has no nvidia/cuda {flavour} image for {image_os_name}",
+            hint=f"published: {', '.join(sorted(plan.images))}",
+        )
     from_ref = base_image or plan.images[flavour]
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*", from_ref):
-        raise InputError(f"--base-image {from_ref!r} is not an image reference", hint="e.g. registry.local/nvidia/cuda@sha256:…")
+        raise InputError(
+            f"--base-image {from_ref!r} is not an image reference", hint="e.g. registry.local/nvidia/cuda@sha256:…"
+        )
     fw = plan.framework if needs or variant == "devel" else None
     labels = {
         "org.opencontainers.image.title": f"provision-{variant}",
@@ -141,8 +159,10 @@ def render_image(plan: Plan, variant: str, *, templates: str | None = None, base
     try:
         dockerfile = env.get_template(spec["template"]).render(plan={**plan.to_dict()}, image=image)
     except TemplateError as exc:
-        raise InputError(f"template {spec['template']} failed to render: {exc}",
-                         hint="check your --templates; every variable must exist (StrictUndefined)") from None
+        raise InputError(
+            f"template {spec['template']} failed to render: {exc}",
+            hint="check your --templates; every variable must exist (StrictUndefined)",
+        ) from None
     files = {"Dockerfile": dockerfile}
     if fw is not None:
         lines = [f"--index-url {fw.index_url}"] if fw.index_url else []
@@ -172,5 +192,7 @@ def write_context(rendered: RenderedImage, plan: Plan, out: str) -> str:
         os.rename(staging, out)
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
-        raise InputError(f"cannot write the build context to {out!r}: {exc.strerror}", hint="choose a writable --out") from None
+        raise InputError(
+            f"cannot write the build context to {out!r}: {exc.strerror}", hint="choose a writable --out"
+        ) from None
     return out

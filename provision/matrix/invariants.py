@@ -4,7 +4,6 @@ The JSON Schemas check each file's shape; these check what a schema cannot: refe
 files, newest-first order, and that every fact cites a known source.
 """
 
-
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
@@ -53,7 +52,7 @@ def _newest_first(values: Sequence[Version]) -> int | None:
     return None
 
 
-def check_invariants(matrix: Matrix, raw: dict[str, Any]) -> list[Problem]:  # noqa: C901, PLR0915
+def check_invariants(matrix: Matrix, raw: dict[str, Any]) -> list[Problem]:  # noqa: PLR0915 - one rule a paragraph
     problems: list[Problem] = []
 
     def add(file: str, path: str, text: str, kind: str) -> None:
@@ -89,18 +88,38 @@ def check_invariants(matrix: Matrix, raw: dict[str, Any]) -> list[Problem]:  # n
 
     for i, o in enumerate(matrix.os_releases):
         if o.cuda_image_os not in image_os:
-            add("os.yaml", f"os[{i}]({o.id}).cuda_image_os", f"no nvidia/cuda image in images.yaml has OS {o.cuda_image_os!r}", "dangling-id")
+            add(
+                "os.yaml",
+                f"os[{i}]({o.id}).cuda_image_os",
+                f"no nvidia/cuda image in images.yaml has OS {o.cuda_image_os!r}",
+                "dangling-id",
+            )
 
     # GPUs -> architectures, MIG sets; architectures own the GPU's compute capability.
     for i, g in enumerate(matrix.gpus):
         if g.architecture not in arch_ids:
-            add("gpus.yaml", f"gpus[{i}]({g.id}).architecture", f"unknown architecture {g.architecture!r}", "dangling-id")
+            add(
+                "gpus.yaml",
+                f"gpus[{i}]({g.id}).architecture",
+                f"unknown architecture {g.architecture!r}",
+                "dangling-id",
+            )
         elif g.compute_capability not in matrix.architecture(g.architecture).compute_capabilities:
-            add("gpus.yaml", f"gpus[{i}]({g.id}).compute_capability", f"{g.compute_capability} is not listed for architecture {g.architecture}", "dangling-id")
+            add(
+                "gpus.yaml",
+                f"gpus[{i}]({g.id}).compute_capability",
+                f"{g.compute_capability} is not listed for architecture {g.architecture}",
+                "dangling-id",
+            )
         if g.mig is not None and g.mig not in mig_ids:
             add("gpus.yaml", f"gpus[{i}]({g.id}).mig", f"unknown MIG profile set {g.mig!r}", "dangling-id")
         if not any(s.compute_capability == g.compute_capability for s in matrix.compute_support):
-            add("cuda.yaml", "compute_capabilities", f"no CUDA support range for compute capability {g.compute_capability} ({g.id})", "coverage")
+            add(
+                "cuda.yaml",
+                "compute_capabilities",
+                f"no CUDA support range for compute capability {g.compute_capability} ({g.id})",
+                "coverage",
+            )
     for i, grp in enumerate(matrix.gpu_groups):
         for member in grp.members:
             if member not in gpu_ids:
@@ -113,9 +132,19 @@ def check_invariants(matrix: Matrix, raw: dict[str, Any]) -> list[Problem]:  # n
     for i, b in enumerate(matrix.drivers):
         where = f"branches[{i}]({b.branch})"
         if b.default_module not in b.kernel_modules:
-            add("drivers.yaml", f"{where}.default_module", f"{b.default_module} is not one of {list(b.kernel_modules)}", "dangling-id")
+            add(
+                "drivers.yaml",
+                f"{where}.default_module",
+                f"{b.default_module} is not one of {list(b.kernel_modules)}",
+                "dangling-id",
+            )
         if (bad := _newest_first([r.version for r in b.releases])) is not None:
-            add("drivers.yaml", f"{where}.releases[{bad}]", "releases must be listed newest first, without repeats", "order")
+            add(
+                "drivers.yaml",
+                f"{where}.releases[{bad}]",
+                "releases must be listed newest first, without repeats",
+                "order",
+            )
         for j, r in enumerate(b.releases):
             if r.version.release[0] != b.branch:
                 add("drivers.yaml", f"{where}.releases[{j}]", f"{r.version} is not a {b.branch} release", "dangling-id")
@@ -125,7 +154,12 @@ def check_invariants(matrix: Matrix, raw: dict[str, Any]) -> list[Problem]:  # n
         for os_id in sorted({o for r in b.releases for o in r.os}):
             for module in b.kernel_modules:
                 if matrix.packaging_for(os_id, b.branch, module) is None:
-                    add("drivers.yaml", "packaging", f"no {os_id} packaging entry for branch {b.branch} ({module} modules)", "coverage")
+                    add(
+                        "drivers.yaml",
+                        "packaging",
+                        f"no {os_id} packaging entry for branch {b.branch} ({module} modules)",
+                        "coverage",
+                    )
     for i, p in enumerate(matrix.driver_packaging):
         for os_id in p.os:
             if os_id not in os_ids:
@@ -139,28 +173,53 @@ def check_invariants(matrix: Matrix, raw: dict[str, Any]) -> list[Problem]:  # n
             if os_id not in os_ids:
                 add("cuda.yaml", f"releases[{i}]({c.version}).os", f"unknown OS {os_id!r}", "dangling-id")
         if matrix.minor_compat_floor(c.version.release[0]) is None:
-            add("cuda.yaml", "minor_version_compatibility", f"missing minimum driver for CUDA {c.version.release[0]}.x", "coverage")
+            add(
+                "cuda.yaml",
+                "minor_version_compatibility",
+                f"missing minimum driver for CUDA {c.version.release[0]}.x",
+                "coverage",
+            )
 
     if (bad := _newest_first([c.version for c in matrix.cudnn])) is not None:
         add("cudnn.yaml", f"releases[{bad}]", "releases must be listed newest first, without repeats", "order")
 
     for fi, fw in enumerate(matrix.frameworks):
         if (bad := _newest_first([r.version for r in fw.releases])) is not None:
-            add("frameworks.yaml", f"frameworks[{fi}]({fw.id}).releases[{bad}]", "releases must be listed newest first, without repeats", "order")
+            add(
+                "frameworks.yaml",
+                f"frameworks[{fi}]({fw.id}).releases[{bad}]",
+                "releases must be listed newest first, without repeats",
+                "order",
+            )
         for ri, rel in enumerate(fw.releases):
             defaults = [b.variant for b in rel.builds if b.default]
             if len(defaults) > 1:
-                add("frameworks.yaml", f"frameworks[{fi}]({fw.id}).releases[{ri}]({rel.version})", f"more than one default build: {defaults}", "duplicate")
+                add(
+                    "frameworks.yaml",
+                    f"frameworks[{fi}]({fw.id}).releases[{ri}]({rel.version})",
+                    f"more than one default build: {defaults}",
+                    "duplicate",
+                )
 
     if (bad := _newest_first([i.cuda for i in matrix.images])) is not None:
         add("images.yaml", f"releases[{bad}]", "releases must be listed newest first, without repeats", "order")
     for i, img in enumerate(matrix.images):
         has_cudnn_flavour = any(f.startswith("cudnn-") for f in img.flavours)
         if has_cudnn_flavour != (img.cudnn_marker is not None):
-            add("images.yaml", f"releases[{i}]({img.cuda}).cudnn", "cudnn flavours and the cudnn entry must come together", "coverage")
+            add(
+                "images.yaml",
+                f"releases[{i}]({img.cuda}).cudnn",
+                "cudnn flavours and the cudnn entry must come together",
+                "coverage",
+            )
 
     if (bad := _newest_first([t.version for t in matrix.toolkit])) is not None:
-        add("container_toolkit.yaml", f"releases[{bad}]", "releases must be listed newest first, without repeats", "order")
+        add(
+            "container_toolkit.yaml",
+            f"releases[{bad}]",
+            "releases must be listed newest first, without repeats",
+            "order",
+        )
 
     for si, s in enumerate(matrix.mig):
         for pi, p in enumerate(s.profiles):

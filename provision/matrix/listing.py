@@ -23,23 +23,64 @@ def listing(matrix: Matrix, topic: str) -> Listing:
 
 
 def _gpus(m: Matrix) -> Listing:
-    headers = ("id", "name", "arch", "cc", "memory", "bandwidth GB/s", "FP16/BF16/FP8 TFLOPS", "TDP W", "form",
-               "NVLink GB/s", "NVSwitch", "MIG", "min driver", "PCI ids")
+    headers = (
+        "id",
+        "name",
+        "arch",
+        "cc",
+        "memory",
+        "bandwidth GB/s",
+        "FP16/BF16/FP8 TFLOPS",
+        "TDP W",
+        "form",
+        "NVLink GB/s",
+        "NVSwitch",
+        "MIG",
+        "min driver",
+        "PCI ids",
+    )
     rows, records = [], []
     for g in m.gpus:
         tf = "/".join("-" if x is None else f"{x:g}" for x in (g.fp16_tflops, g.bf16_tflops, g.fp8_tflops))
-        rows.append((g.id, g.name, g.architecture, g.compute_capability, f"{g.memory_gb:g} GB {g.memory_type}",
-                     f"{g.memory_bandwidth_gbs:g}", tf, f"{g.tdp_w:g}", g.form_factor,
-                     f"{g.nvlink_bandwidth_gbs:g}" if g.nvlink_bandwidth_gbs else "-", g.nvswitch, g.mig or "-",
-                     str(g.min_driver) if g.min_driver else "-", list(g.pci_device_ids)))
-        records.append({"id": g.id, "name": g.name, "aliases": list(g.aliases), "architecture": g.architecture,
-                        "compute_capability": g.compute_capability, "memory_gb": g.memory_gb,
-                        "memory_type": g.memory_type, "memory_bandwidth_gbs": g.memory_bandwidth_gbs,
-                        "tensor_tflops": {"fp16": g.fp16_tflops, "bf16": g.bf16_tflops, "fp8": g.fp8_tflops},
-                        "tdp_w": g.tdp_w, "form_factor": g.form_factor,
-                        "nvlink": {"generation": g.nvlink_generation, "bandwidth_gbs": g.nvlink_bandwidth_gbs},
-                        "nvswitch": g.nvswitch, "mig": g.mig, "min_driver": str(g.min_driver) if g.min_driver else None,
-                        "pci_device_ids": list(g.pci_device_ids), "sources": list(g.sources)})
+        rows.append(
+            (
+                g.id,
+                g.name,
+                g.architecture,
+                g.compute_capability,
+                f"{g.memory_gb:g} GB {g.memory_type}",
+                f"{g.memory_bandwidth_gbs:g}",
+                tf,
+                f"{g.tdp_w:g}",
+                g.form_factor,
+                f"{g.nvlink_bandwidth_gbs:g}" if g.nvlink_bandwidth_gbs else "-",
+                g.nvswitch,
+                g.mig or "-",
+                str(g.min_driver) if g.min_driver else "-",
+                list(g.pci_device_ids),
+            )
+        )
+        records.append(
+            {
+                "id": g.id,
+                "name": g.name,
+                "aliases": list(g.aliases),
+                "architecture": g.architecture,
+                "compute_capability": g.compute_capability,
+                "memory_gb": g.memory_gb,
+                "memory_type": g.memory_type,
+                "memory_bandwidth_gbs": g.memory_bandwidth_gbs,
+                "tensor_tflops": {"fp16": g.fp16_tflops, "bf16": g.bf16_tflops, "fp8": g.fp8_tflops},
+                "tdp_w": g.tdp_w,
+                "form_factor": g.form_factor,
+                "nvlink": {"generation": g.nvlink_generation, "bandwidth_gbs": g.nvlink_bandwidth_gbs},
+                "nvswitch": g.nvswitch,
+                "mig": g.mig,
+                "min_driver": str(g.min_driver) if g.min_driver else None,
+                "pci_device_ids": list(g.pci_device_ids),
+                "sources": list(g.sources),
+            }
+        )
     for grp in m.gpu_groups:
         rows.append((grp.id, grp.name, "(group)", "", "", "", "", "", "", "", "", "", "", list(grp.members)))
         records.append({"id": grp.id, "name": grp.name, "members": list(grp.members)})
@@ -48,12 +89,26 @@ def _gpus(m: Matrix) -> Listing:
 
 def _os(m: Matrix) -> Listing:
     headers = ("id", "name", "family", "package manager", "NVIDIA repo", "kernel headers", "nvidia/cuda OS")
-    rows = [(o.id, o.name, o.family, o.pkg_manager, o.nvidia_repo, list(o.kernel_headers), o.cuda_image_os)
-            for o in m.os_releases]
-    records = [{"id": o.id, "name": o.name, "aliases": list(o.aliases), "family": o.family,
-                "distribution": o.distribution, "version": o.version, "pkg_manager": o.pkg_manager,
-                "nvidia_repo": o.nvidia_repo, "kernel_headers": list(o.kernel_headers),
-                "cuda_image_os": o.cuda_image_os, "sources": list(o.sources)} for o in m.os_releases]
+    rows = [
+        (o.id, o.name, o.family, o.pkg_manager, o.nvidia_repo, list(o.kernel_headers), o.cuda_image_os)
+        for o in m.os_releases
+    ]
+    records = [
+        {
+            "id": o.id,
+            "name": o.name,
+            "aliases": list(o.aliases),
+            "family": o.family,
+            "distribution": o.distribution,
+            "version": o.version,
+            "pkg_manager": o.pkg_manager,
+            "nvidia_repo": o.nvidia_repo,
+            "kernel_headers": list(o.kernel_headers),
+            "cuda_image_os": o.cuda_image_os,
+            "sources": list(o.sources),
+        }
+        for o in m.os_releases
+    ]
     return Listing("Operating systems", headers, rows, records)
 
 
@@ -62,13 +117,31 @@ def _drivers(m: Matrix) -> Listing:
     rows, records = [], []
     for b in m.drivers:
         eol = b.eol or ("listed" if b.eol_listed else "-")
-        rows.append((b.label, b.type, eol, b.past_eol(m.as_of), str(b.releases[0].version), len(b.releases),
-                     list(b.kernel_modules), b.default_module))
-        records.append({"branch": str(b.branch), "type": b.type, "eol": b.eol, "eol_listed": b.eol_listed,
-                        "past_eol": b.past_eol(m.as_of), "kernel_modules": list(b.kernel_modules),
-                        "default_module": b.default_module,
-                        "releases": [{"version": str(r.version), "date": r.date, "os": list(r.os)} for r in b.releases],
-                        "sources": list(b.sources)})
+        rows.append(
+            (
+                b.label,
+                b.type,
+                eol,
+                b.past_eol(m.as_of),
+                str(b.releases[0].version),
+                len(b.releases),
+                list(b.kernel_modules),
+                b.default_module,
+            )
+        )
+        records.append(
+            {
+                "branch": str(b.branch),
+                "type": b.type,
+                "eol": b.eol,
+                "eol_listed": b.eol_listed,
+                "past_eol": b.past_eol(m.as_of),
+                "kernel_modules": list(b.kernel_modules),
+                "default_module": b.default_module,
+                "releases": [{"version": str(r.version), "date": r.date, "os": list(r.os)} for r in b.releases],
+                "sources": list(b.sources),
+            }
+        )
     return Listing(f"Driver branches (as of {m.as_of})", headers, rows, records)
 
 
@@ -78,8 +151,16 @@ def _cuda(m: Matrix) -> Listing:
     for c in m.cuda:
         ccs = [s.compute_capability for s in m.compute_support if s.cuda.contains(c.version)]
         rows.append((str(c.version), c.label, str(c.min_driver), ccs, list(c.os)))
-        records.append({"version": str(c.version), "label": c.label, "min_driver": str(c.min_driver),
-                        "compute_capabilities": ccs, "os": list(c.os), "source": c.source})
+        records.append(
+            {
+                "version": str(c.version),
+                "label": c.label,
+                "min_driver": str(c.min_driver),
+                "compute_capabilities": ccs,
+                "os": list(c.os),
+                "source": c.source,
+            }
+        )
     return Listing("CUDA toolkit releases", headers, rows, records)
 
 
@@ -88,10 +169,28 @@ def _cudnn(m: Matrix) -> Listing:
     rows, records = [], []
     for c in m.cudnn:
         for b in c.builds:
-            rows.append((str(c.version), str(b.cuda), str(b.min_driver), f"{b.compute_capabilities[0]} .. {b.compute_capabilities[-1]}"))
-        records.append({"version": str(c.version), "source": c.source, "builds": [
-            {"cuda": str(b.cuda), "min_driver": str(b.min_driver), "compute_capabilities": list(b.compute_capabilities)}
-            for b in c.builds]})
+            rows.append(
+                (
+                    str(c.version),
+                    str(b.cuda),
+                    str(b.min_driver),
+                    f"{b.compute_capabilities[0]} .. {b.compute_capabilities[-1]}",
+                )
+            )
+        records.append(
+            {
+                "version": str(c.version),
+                "source": c.source,
+                "builds": [
+                    {
+                        "cuda": str(b.cuda),
+                        "min_driver": str(b.min_driver),
+                        "compute_capabilities": list(b.compute_capabilities),
+                    }
+                    for b in c.builds
+                ],
+            }
+        )
     return Listing("cuDNN support matrices", headers, rows, records)
 
 
@@ -104,14 +203,38 @@ def _frameworks(m: Matrix) -> Listing:
                 sms = list(b.compute_capabilities) if b.compute_capabilities else "-"
                 if b.ptx:
                     sms = f"{', '.join(b.compute_capabilities or ())} +PTX {b.ptx}"
-                rows.append((fw.id, str(rel.version), b.variant, b.default, b.cuda, b.cuda_runtime, b.cudnn,
-                             b.index_url or "pypi", sms))
-                records.append({"framework": fw.id, "package": fw.package, "version": str(rel.version),
-                                "variant": b.variant, "default": b.default, "cuda": b.cuda,
-                                "cuda_runtime": b.cuda_runtime, "cudnn": b.cudnn, "index_url": b.index_url,
-                                "extra": b.extra, "libraries": b.libraries,
-                                "compute_capabilities": list(b.compute_capabilities) if b.compute_capabilities else None,
-                                "ptx": b.ptx, "source": b.source, "evidence": b.evidence})
+                rows.append(
+                    (
+                        fw.id,
+                        str(rel.version),
+                        b.variant,
+                        b.default,
+                        b.cuda,
+                        b.cuda_runtime,
+                        b.cudnn,
+                        b.index_url or "pypi",
+                        sms,
+                    )
+                )
+                records.append(
+                    {
+                        "framework": fw.id,
+                        "package": fw.package,
+                        "version": str(rel.version),
+                        "variant": b.variant,
+                        "default": b.default,
+                        "cuda": b.cuda,
+                        "cuda_runtime": b.cuda_runtime,
+                        "cudnn": b.cudnn,
+                        "index_url": b.index_url,
+                        "extra": b.extra,
+                        "libraries": b.libraries,
+                        "compute_capabilities": list(b.compute_capabilities) if b.compute_capabilities else None,
+                        "ptx": b.ptx,
+                        "source": b.source,
+                        "evidence": b.evidence,
+                    }
+                )
     return Listing("Framework builds", headers, rows, records)
 
 
@@ -119,14 +242,34 @@ def _images(m: Matrix) -> Listing:
     headers = ("CUDA", "OS", "flavours", "cuDNN", "example tag")
     rows, records = [], []
     for i in m.images:
-        rows.append((str(i.cuda), list(i.os), list(i.flavours), i.cudnn_version or ("?" if i.cudnn_marker else "-"),
-                     f"{m.image_repository}:{i.tag('cudnn-runtime' if i.cudnn_marker else 'runtime', i.os[0])}"))
-        records.append({"cuda": str(i.cuda), "os": list(i.os), "flavours": list(i.flavours),
-                        "cudnn": {"version": i.cudnn_version, "marker": i.cudnn_marker} if i.cudnn_marker else None,
-                        "tags": {f"{f}-{o}": f"{m.image_repository}:{i.tag(f, o)}" for o in i.os for f in i.flavours},
-                        "source": i.source})
+        rows.append(
+            (
+                str(i.cuda),
+                list(i.os),
+                list(i.flavours),
+                i.cudnn_version or ("?" if i.cudnn_marker else "-"),
+                f"{m.image_repository}:{i.tag('cudnn-runtime' if i.cudnn_marker else 'runtime', i.os[0])}",
+            )
+        )
+        records.append(
+            {
+                "cuda": str(i.cuda),
+                "os": list(i.os),
+                "flavours": list(i.flavours),
+                "cudnn": {"version": i.cudnn_version, "marker": i.cudnn_marker} if i.cudnn_marker else None,
+                "tags": {f"{f}-{o}": f"{m.image_repository}:{i.tag(f, o)}" for o in i.os for f in i.flavours},
+                "source": i.source,
+            }
+        )
     return Listing(f"{m.image_repository} tags", headers, rows, records)
 
 
-_LISTINGS = {"gpus": _gpus, "os": _os, "drivers": _drivers, "cuda": _cuda, "cudnn": _cudnn,
-             "frameworks": _frameworks, "images": _images}
+_LISTINGS = {
+    "gpus": _gpus,
+    "os": _os,
+    "drivers": _drivers,
+    "cuda": _cuda,
+    "cudnn": _cudnn,
+    "frameworks": _frameworks,
+    "images": _images,
+}

@@ -29,6 +29,7 @@ FILES = (
     "unsupported",
 )
 
+
 def _read_bytes(path: str) -> bytes:
     with open(path, "rb") as handle:
         return handle.read()
@@ -45,11 +46,9 @@ def read_raw(compat: str | os.PathLike[str]) -> dict[str, Any]:
         try:
             text = _read_bytes(path)
         except OSError as exc:
-            raise CompatDataError(
-                f"{name}.yaml", "", f"cannot read ({exc.strerror or exc})"
-            ) from None
+            raise CompatDataError(f"{name}.yaml", "", f"cannot read ({exc.strerror or exc})") from None
         try:
-            doc = yaml.load(text, Loader=loader)  # noqa: S506 - CSafeLoader/SafeLoader only
+            doc = yaml.load(text, Loader=loader)
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f"line {mark.line + 1}" if mark else ""
@@ -149,10 +148,17 @@ def build(raw: dict[str, Any]) -> m.Matrix:
     }
     os_releases = tuple(
         m.OsRelease(
-            id=o["id"], name=o["name"], aliases=tuple(o["aliases"]), family=o["family"],
-            distribution=o["distribution"], version=o["version"], pkg_manager=o["pkg_manager"],
-            nvidia_repo=o["nvidia_repo"], kernel_headers=tuple(o["kernel_headers"]),
-            cuda_image_os=o["cuda_image_os"], cuda_image_note=o.get("cuda_image_note"),
+            id=o["id"],
+            name=o["name"],
+            aliases=tuple(o["aliases"]),
+            family=o["family"],
+            distribution=o["distribution"],
+            version=o["version"],
+            pkg_manager=o["pkg_manager"],
+            nvidia_repo=o["nvidia_repo"],
+            kernel_headers=tuple(o["kernel_headers"]),
+            cuda_image_os=o["cuda_image_os"],
+            cuda_image_note=o.get("cuda_image_note"),
             sources=tuple(o["sources"]),
         )
         for o in raw["os"]["os"]
@@ -160,9 +166,12 @@ def build(raw: dict[str, Any]) -> m.Matrix:
     g = raw["gpus"]
     architectures = tuple(
         m.Architecture(
-            id=a["id"], name=a["name"], compute_capabilities=tuple(a["compute_capabilities"]),
+            id=a["id"],
+            name=a["name"],
+            compute_capabilities=tuple(a["compute_capabilities"]),
             kernel_modules=tuple(a["kernel_modules"]),
-            first_driver_branch=a["first_driver_branch"], last_driver_branch=a["last_driver_branch"],
+            first_driver_branch=a["first_driver_branch"],
+            last_driver_branch=a["last_driver_branch"],
             sources=tuple(a["sources"]),
         )
         for a in g["architectures"]
@@ -172,13 +181,24 @@ def build(raw: dict[str, Any]) -> m.Matrix:
         nvlink = x["nvlink"] or {}
         gpus.append(
             m.Gpu(
-                id=x["id"], name=x["name"], aliases=tuple(x["aliases"]), architecture=x["architecture"],
-                compute_capability=x["compute_capability"], memory_gb=x["memory"]["size_gb"],
-                memory_type=x["memory"]["type"], memory_bandwidth_gbs=x["memory"]["bandwidth_gbs"],
-                fp16_tflops=x["tensor_tflops"]["fp16"], bf16_tflops=x["tensor_tflops"]["bf16"],
-                fp8_tflops=x["tensor_tflops"]["fp8"], tdp_w=x["tdp_w"], form_factor=x["form_factor"],
-                nvlink_generation=nvlink.get("generation"), nvlink_bandwidth_gbs=nvlink.get("bandwidth_gbs"),
-                nvswitch=x["nvswitch"], pci_device_ids=tuple(x["pci_device_ids"]), mig=x["mig"],
+                id=x["id"],
+                name=x["name"],
+                aliases=tuple(x["aliases"]),
+                architecture=x["architecture"],
+                compute_capability=x["compute_capability"],
+                memory_gb=x["memory"]["size_gb"],
+                memory_type=x["memory"]["type"],
+                memory_bandwidth_gbs=x["memory"]["bandwidth_gbs"],
+                fp16_tflops=x["tensor_tflops"]["fp16"],
+                bf16_tflops=x["tensor_tflops"]["bf16"],
+                fp8_tflops=x["tensor_tflops"]["fp8"],
+                tdp_w=x["tdp_w"],
+                form_factor=x["form_factor"],
+                nvlink_generation=nvlink.get("generation"),
+                nvlink_bandwidth_gbs=nvlink.get("bandwidth_gbs"),
+                nvswitch=x["nvswitch"],
+                pci_device_ids=tuple(x["pci_device_ids"]),
+                mig=x["mig"],
                 min_driver=_v("gpus.yaml", f"gpus[{i}].min_driver", x["min_driver"]) if x["min_driver"] else None,
                 sources=tuple(x["sources"]),
             )
@@ -191,22 +211,33 @@ def build(raw: dict[str, Any]) -> m.Matrix:
         releases = tuple(
             m.DriverRelease(
                 version=_v("drivers.yaml", f"branches[{i}].releases[{j}].version", r["version"]),
-                date=r.get("date"), os=tuple(r["os"]), source=r["source"],
+                date=r.get("date"),
+                os=tuple(r["os"]),
+                source=r["source"],
             )
             for j, r in enumerate(b["releases"])
         )
         drivers.append(
             m.DriverBranch(
-                branch=int(b["branch"]), type=b["type"], eol=b["eol"], eol_listed=b["eol_listed"],
+                branch=int(b["branch"]),
+                type=b["type"],
+                eol=b["eol"],
+                eol_listed=b["eol_listed"],
                 kernel_modules=tuple(b["kernel_modules"]),
-                default_module=b["default_module"], releases=releases, sources=tuple(b["sources"]),
+                default_module=b["default_module"],
+                releases=releases,
+                sources=tuple(b["sources"]),
             )
         )
     packaging = tuple(
         m.DriverPackaging(
-            os=tuple(p["os"]), branches=_spec("drivers.yaml", f"packaging[{i}].branches", p["branches"]),
-            kernel_module=p["kernel_module"], method=p["method"], module_stream=p["module_stream"],
-            packages=tuple(p["packages"]), fabric_manager=tuple(p["fabric_manager"]),
+            os=tuple(p["os"]),
+            branches=_spec("drivers.yaml", f"packaging[{i}].branches", p["branches"]),
+            kernel_module=p["kernel_module"],
+            method=p["method"],
+            module_stream=p["module_stream"],
+            packages=tuple(p["packages"]),
+            fabric_manager=tuple(p["fabric_manager"]),
             sources=tuple(p["sources"]),
         )
         for i, p in enumerate(d["packaging"])
@@ -215,18 +246,26 @@ def build(raw: dict[str, Any]) -> m.Matrix:
     c = raw["cuda"]
     cuda = tuple(
         m.CudaRelease(
-            version=_v("cuda.yaml", f"releases[{i}].version", r["version"]), label=r["label"],
+            version=_v("cuda.yaml", f"releases[{i}].version", r["version"]),
+            label=r["label"],
             min_driver=_v("cuda.yaml", f"releases[{i}].min_driver", r["min_driver"]),
-            os=tuple(r["os"]), source=r["source"],
+            os=tuple(r["os"]),
+            source=r["source"],
         )
         for i, r in enumerate(c["releases"])
     )
     compute_support = tuple(
-        m.ComputeSupport(s["compute_capability"], _spec("cuda.yaml", f"compute_capabilities[{i}].cuda", s["cuda"]), s["source"])
+        m.ComputeSupport(
+            s["compute_capability"], _spec("cuda.yaml", f"compute_capabilities[{i}].cuda", s["cuda"]), s["source"]
+        )
         for i, s in enumerate(c["compute_capabilities"])
     )
     minor = tuple(
-        m.MinorCompat(x["cuda_major"], _v("cuda.yaml", f"minor_version_compatibility[{i}].min_driver", x["min_driver"]), x["source"])
+        m.MinorCompat(
+            x["cuda_major"],
+            _v("cuda.yaml", f"minor_version_compatibility[{i}].min_driver", x["min_driver"]),
+            x["source"],
+        )
         for i, x in enumerate(c["minor_version_compatibility"])
     )
     cudnn = tuple(
@@ -250,26 +289,38 @@ def build(raw: dict[str, Any]) -> m.Matrix:
         for ri, r in enumerate(f["releases"]):
             builds = tuple(
                 m.FrameworkBuild(
-                    variant=b["variant"], index_url=b["index_url"], default=b["default"], cuda=b["cuda"],
-                    cuda_runtime=b["cuda_runtime"], cudnn=b["cudnn"], libraries=b["libraries"], extra=b["extra"],
+                    variant=b["variant"],
+                    index_url=b["index_url"],
+                    default=b["default"],
+                    cuda=b["cuda"],
+                    cuda_runtime=b["cuda_runtime"],
+                    cudnn=b["cudnn"],
+                    libraries=b["libraries"],
+                    extra=b["extra"],
                     compute_capabilities=tuple(b["compute_capabilities"]) if b["compute_capabilities"] else None,
-                    ptx=b["ptx"], arch_source=b["arch_source"], source=b["source"], evidence=b["evidence"],
+                    ptx=b["ptx"],
+                    arch_source=b["arch_source"],
+                    source=b["source"],
+                    evidence=b["evidence"],
                 )
                 for b in r["builds"]
             )
             releases.append(
                 m.FrameworkRelease(
                     version=_v("frameworks.yaml", f"frameworks[{fi}].releases[{ri}].version", r["version"]),
-                    python=r["python"], builds=builds,
+                    python=r["python"],
+                    builds=builds,
                 )
             )
         frameworks.append(m.Framework(f["id"], f["name"], f["package"], tuple(releases)))
     im = raw["images"]
     images = tuple(
         m.ImageRelease(
-            cuda=_v("images.yaml", f"releases[{i}].cuda", r["cuda"]), os=tuple(r["os"]),
+            cuda=_v("images.yaml", f"releases[{i}].cuda", r["cuda"]),
+            os=tuple(r["os"]),
             flavours=tuple(r["flavours"]),
-            cudnn_version=(r["cudnn"] or {}).get("version"), cudnn_marker=(r["cudnn"] or {}).get("marker"),
+            cudnn_version=(r["cudnn"] or {}).get("version"),
+            cudnn_marker=(r["cudnn"] or {}).get("marker"),
             source=r["source"],
         )
         for i, r in enumerate(im["releases"])
@@ -277,20 +328,33 @@ def build(raw: dict[str, Any]) -> m.Matrix:
     tk = raw["container_toolkit"]
     toolkit = tuple(
         m.ToolkitRelease(
-            version=_v("container_toolkit.yaml", f"releases[{i}].version", r["version"]), date=r["date"],
-            packages=tuple(tk["packages"]), revision=tk["revision"], source=r["source"],
+            version=_v("container_toolkit.yaml", f"releases[{i}].version", r["version"]),
+            date=r["date"],
+            packages=tuple(tk["packages"]),
+            revision=tk["revision"],
+            source=r["source"],
         )
         for i, r in enumerate(tk["releases"])
     )
     mig = tuple(
         m.MigProfileSet(
-            id=s["id"], name=s["name"], memory_slices=s["memory_slices"], compute_slices=s["compute_slices"],
-            placements_confirmed=s["placements_confirmed"], note=s["note"],
+            id=s["id"],
+            name=s["name"],
+            memory_slices=s["memory_slices"],
+            compute_slices=s["compute_slices"],
+            placements_confirmed=s["placements_confirmed"],
+            note=s["note"],
             profiles=tuple(
                 m.MigProfile(
-                    name=p["name"], id=p["id"], compute_slices=p["compute_slices"], memory_slices=p["memory_slices"],
-                    placements=tuple(p["placements"]), max_instances=p["max_instances"],
-                    memory_gib=p["memory_gib"], sms=p["sms"], media=p["media"],
+                    name=p["name"],
+                    id=p["id"],
+                    compute_slices=p["compute_slices"],
+                    memory_slices=p["memory_slices"],
+                    placements=tuple(p["placements"]),
+                    max_instances=p["max_instances"],
+                    memory_gib=p["memory_gib"],
+                    sms=p["sms"],
+                    media=p["media"],
                 )
                 for p in s["profiles"]
             ),
@@ -303,10 +367,23 @@ def build(raw: dict[str, Any]) -> m.Matrix:
     )
     return m.Matrix(
         as_of=dt.date.fromisoformat(_full_date(d["as_of"])),
-        sources=sources, os_releases=os_releases, architectures=architectures, gpus=tuple(gpus),
-        gpu_groups=groups, drivers=tuple(drivers), driver_packaging=packaging, cuda=cuda,
-        compute_support=compute_support, minor_compat=minor, cudnn=cudnn, frameworks=tuple(frameworks),
-        images=images, image_repository=im["repository"], toolkit=toolkit, mig=mig, exclusions=exclusions,
+        sources=sources,
+        os_releases=os_releases,
+        architectures=architectures,
+        gpus=tuple(gpus),
+        gpu_groups=groups,
+        drivers=tuple(drivers),
+        driver_packaging=packaging,
+        cuda=cuda,
+        compute_support=compute_support,
+        minor_compat=minor,
+        cudnn=cudnn,
+        frameworks=tuple(frameworks),
+        images=images,
+        image_repository=im["repository"],
+        toolkit=toolkit,
+        mig=mig,
+        exclusions=exclusions,
     )
 
 

@@ -7,7 +7,6 @@ Versions are parsed at the loader boundary (``provision.versions``); these objec
 ``Version`` and ``SpecifierSet`` values, never version strings to compare.
 """
 
-
 import datetime as dt
 from typing import NamedTuple
 
@@ -127,11 +126,7 @@ class DriverPackaging(NamedTuple):
     sources: tuple[str, ...]
 
     def covers(self, os_id: str, branch: int, kernel_module: str) -> bool:
-        return (
-            os_id in self.os
-            and self.kernel_module == kernel_module
-            and self.branches.contains(str(branch))
-        )
+        return os_id in self.os and self.kernel_module == kernel_module and self.branches.contains(str(branch))
 
 
 class CudaRelease(NamedTuple):
@@ -346,10 +341,7 @@ class Matrix(NamedTuple):
         return next((b for b in self.drivers if b.branch == number), None)
 
     def cuda_supports_cc(self, cuda: Version, cc: str) -> bool:
-        return any(
-            s.compute_capability == cc and s.cuda.contains(cuda)
-            for s in self.compute_support
-        )
+        return any(s.compute_capability == cc and s.cuda.contains(cuda) for s in self.compute_support)
 
     def minor_compat_floor(self, cuda_major: int) -> MinorCompat | None:
         return next((m for m in self.minor_compat if m.cuda_major == cuda_major), None)

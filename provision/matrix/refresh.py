@@ -47,8 +47,8 @@ class RefreshError(Exception):
 
 
 def http_fetch(url: str, headers: dict[str, str]) -> bytes:
-    req = urllib.request.Request(url, headers={"User-Agent": "provision-refresh/1", **headers})  # noqa: S310
-    with urllib.request.urlopen(req, timeout=TIMEOUT) as resp:  # noqa: S310 - https URLs only
+    req = urllib.request.Request(url, headers={"User-Agent": "provision-refresh/1", **headers})
+    with urllib.request.urlopen(req, timeout=TIMEOUT) as resp:
         return resp.read()
 
 
@@ -96,7 +96,9 @@ def pick_wheel(wheels: list[WheelFile], version: str, local: str | None) -> Whee
 
 
 # -- metadata --------------------------------------------------------------------------------
-def wheel_metadata(wheel_url: str, fetch: Fetch, ranged: Callable[[str, int | None, int | None], bytes] | None) -> tuple[str, str]:
+def wheel_metadata(
+    wheel_url: str, fetch: Fetch, ranged: Callable[[str, int | None, int | None], bytes] | None
+) -> tuple[str, str]:
     """(METADATA text, where it was read): PEP 658 first, then the wheel's zip by range."""
     try:
         return fetch(wheel_url + ".metadata", {}).decode("utf-8"), wheel_url + ".metadata"
@@ -121,10 +123,10 @@ def metadata_from_zip(url: str, ranged: Callable[[str, int | None, int | None], 
     cd = ranged(url, cd_offset, cd_offset + cd_size - 1)
     pos = 0
     while pos < len(cd) and cd[pos : pos + 4] == b"PK\x01\x02":
-        method, = struct.unpack("<H", cd[pos + 10 : pos + 12])
-        csize, = struct.unpack("<I", cd[pos + 20 : pos + 24])
+        (method,) = struct.unpack("<H", cd[pos + 10 : pos + 12])
+        (csize,) = struct.unpack("<I", cd[pos + 20 : pos + 24])
         nlen, elen, clen = struct.unpack("<HHH", cd[pos + 28 : pos + 34])
-        local_off, = struct.unpack("<I", cd[pos + 42 : pos + 46])
+        (local_off,) = struct.unpack("<I", cd[pos + 42 : pos + 46])
         name = cd[pos + 46 : pos + 46 + nlen].decode()
         pos += 46 + nlen + elen + clen
         if re.fullmatch(r"[^/]+\.dist-info/METADATA", name):
@@ -140,9 +142,17 @@ def metadata_from_zip(url: str, ranged: Callable[[str, int | None, int | None], 
     raise RefreshError(f"{url}: no .dist-info/METADATA member")
 
 
-_LINUX = {**default_environment(), "sys_platform": "linux", "platform_system": "Linux",
-          "platform_machine": "x86_64", "python_version": "3.11", "python_full_version": "3.11.7",
-          "implementation_name": "cpython", "platform_python_implementation": "CPython", "os_name": "posix"}
+_LINUX = {
+    **default_environment(),
+    "sys_platform": "linux",
+    "platform_system": "Linux",
+    "platform_machine": "x86_64",
+    "python_version": "3.11",
+    "python_full_version": "3.11.7",
+    "implementation_name": "cpython",
+    "platform_python_implementation": "CPython",
+    "os_name": "posix",
+}
 
 
 def cuda_pins(metadata: str, extra: str | None) -> dict[str, str | None]:
@@ -203,7 +213,8 @@ def refresh(compat: str | Path, fetch: Fetch = http_fetch, ranged=http_range, lo
         pypi = list_wheels(PYPI_SIMPLE, package, fetch)
         versions = sorted(
             {w.version for w in pypi if _final(w.version) and Version(w.version) >= Version(fw["first_release"])},
-            key=Version, reverse=True,
+            key=Version,
+            reverse=True,
         )
         variant_wheels: dict[str, list[WheelFile] | None] = {}
         releases = []
@@ -216,7 +227,9 @@ def refresh(compat: str | Path, fetch: Fetch = http_fetch, ranged=http_range, lo
                 text, where = wheel_metadata(default.url, fetch, ranged)
                 extra = "and-cuda" if "and-cuda" in documented else None
                 pins = cuda_pins(text, extra)
-                builds.append(_build_from_metadata(fw, version, pins, where, documented, line, default=True))
+                builds.append(
+                    _build_from_metadata(fw, version, pins, where=where, documented=documented, line=line, default=True)
+                )
                 python = pins["python"]
             else:
                 python = None
@@ -235,7 +248,9 @@ def refresh(compat: str | Path, fetch: Fetch = http_fetch, ranged=http_range, lo
                 if wheel is not None:
                     text, where = wheel_metadata(wheel.url, fetch, ranged)
                     pins = cuda_pins(text, None)
-                    row = _build_from_metadata(fw, version, pins, where, documented, line, default=False)
+                    row = _build_from_metadata(
+                        fw, version, pins, where=where, documented=documented, line=line, default=False
+                    )
                     row["index_url"] = index
                     builds.append(row)
                 else:
@@ -266,38 +281,66 @@ def _line_for(fw: dict[str, Any], version: str) -> dict[str, Any] | None:
     return next((ln for ln in fw["lines"] if ln["line"] == mm), None)
 
 
-def _build_from_metadata(fw, version, pins, where, documented, line, *, default: bool) -> dict[str, Any]:
+def _build_from_metadata(fw, version, pins, *, where, documented, line, default: bool) -> dict[str, Any]:
     runtime = pins["cuda_runtime"]
     if runtime is None:
         # No CUDA wheels declared (TensorFlow 2.12/2.13): the documented system-CUDA build.
         doc = next(iter(documented.values()), None)
         if doc is None or "cuda" not in doc:
-            raise RefreshError(f"{fw['package']} {version}: metadata declares no CUDA runtime and no build is documented")
+            raise RefreshError(
+                f"{fw['package']} {version}: metadata declares no CUDA runtime and no build is documented"
+            )
         return {
-            "variant": doc["variant"], "index_url": None, "default": default, "cuda": doc["cuda"],
-            "cuda_runtime": None, "cudnn": doc["cudnn"], "libraries": "system", "extra": None,
-            "compute_capabilities": doc["compute_capabilities"], "ptx": doc["ptx"],
-            "arch_source": _arch_source(doc, line), "source": line["source"], "evidence": where,
+            "variant": doc["variant"],
+            "index_url": None,
+            "default": default,
+            "cuda": doc["cuda"],
+            "cuda_runtime": None,
+            "cudnn": doc["cudnn"],
+            "libraries": "system",
+            "extra": None,
+            "compute_capabilities": doc["compute_capabilities"],
+            "ptx": doc["ptx"],
+            "arch_source": _arch_source(doc, line),
+            "source": line["source"],
+            "evidence": where,
         }
     cuda = cuda_of(runtime)
     variant = "and-cuda" if "and-cuda" in documented else variant_of(cuda)
     doc = documented.get(variant, {})
     return {
-        "variant": variant, "index_url": None, "default": default, "cuda": cuda,
-        "cuda_runtime": runtime, "cudnn": _floor(pins["cudnn"]) if pins["cudnn"] else doc.get("cudnn"),
-        "libraries": "wheels", "extra": "and-cuda" if variant == "and-cuda" else None,
-        "compute_capabilities": doc.get("compute_capabilities"), "ptx": doc.get("ptx"),
-        "arch_source": _arch_source(doc, line), "source": "pypi-wheel-metadata", "evidence": where,
+        "variant": variant,
+        "index_url": None,
+        "default": default,
+        "cuda": cuda,
+        "cuda_runtime": runtime,
+        "cudnn": _floor(pins["cudnn"]) if pins["cudnn"] else doc.get("cudnn"),
+        "libraries": "wheels",
+        "extra": "and-cuda" if variant == "and-cuda" else None,
+        "compute_capabilities": doc.get("compute_capabilities"),
+        "ptx": doc.get("ptx"),
+        "arch_source": _arch_source(doc, line),
+        "source": "pypi-wheel-metadata",
+        "evidence": where,
     }
 
 
 def _documented_build(fw, variant, doc, line, index) -> dict[str, Any]:
     cuda = doc.get("cuda") or f"{variant[2:-1]}.{variant[-1]}"
     return {
-        "variant": variant, "index_url": index, "default": False, "cuda": cuda, "cuda_runtime": None,
-        "cudnn": doc["cudnn"], "libraries": "wheels", "extra": None,
-        "compute_capabilities": doc["compute_capabilities"], "ptx": doc["ptx"],
-        "arch_source": _arch_source(doc, line), "source": line["source"], "evidence": None,
+        "variant": variant,
+        "index_url": index,
+        "default": False,
+        "cuda": cuda,
+        "cuda_runtime": None,
+        "cudnn": doc["cudnn"],
+        "libraries": "wheels",
+        "extra": None,
+        "compute_capabilities": doc["compute_capabilities"],
+        "ptx": doc["ptx"],
+        "arch_source": _arch_source(doc, line),
+        "source": line["source"],
+        "evidence": None,
     }
 
 
@@ -341,8 +384,7 @@ class _QuotedDumper(yaml.SafeDumper):
 
 def _represent_dict(dumper: yaml.SafeDumper, data: dict[str, Any]) -> yaml.MappingNode:
     items = [
-        (yaml.ScalarNode("tag:yaml.org,2002:str", key), dumper.represent_data(value))
-        for key, value in data.items()
+        (yaml.ScalarNode("tag:yaml.org,2002:str", key), dumper.represent_data(value)) for key, value in data.items()
     ]
     flow = all(not isinstance(v, (dict, list)) for v in data.values()) and len(data) <= 4
     return yaml.MappingNode("tag:yaml.org,2002:map", items, flow_style=flow)

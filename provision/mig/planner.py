@@ -40,14 +40,22 @@ class MigLayoutError(InputError):
     request (profile names, creation order), best first.
     """
 
-    def __init__(self, message: str, *, hint: str | None, problems: list[str],
-                 completions: list[tuple[str, ...]], details: list[str]):
+    def __init__(
+        self,
+        message: str,
+        *,
+        hint: str | None,
+        problems: list[str],
+        completions: list[tuple[str, ...]],
+        details: list[str],
+    ):
         super().__init__(message, hint=hint, details=details)
         self.problems = problems
         self.completions = completions
 
 
 # -- instances and plans ---------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Instance:
@@ -118,9 +126,11 @@ class MigPlan:
     def note(self) -> str | None:
         if self.profile_set.placements_confirmed:
             return None
-        return (f"placements for {self.profile_set.id} come from the same die family, not from an -lgipp "
-                f"capture of this GPU; check them with `nvidia-smi mig -lgipp` on the host "
-                f"[data: {self.profile_set.note}]")
+        return (
+            f"placements for {self.profile_set.id} come from the same die family, not from an -lgipp "
+            f"capture of this GPU; check them with `nvidia-smi mig -lgipp` on the host "
+            f"[data: {self.profile_set.note}]"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         ps = self.profile_set
@@ -151,12 +161,15 @@ class MigPlan:
 
 # -- parsing ---------------------------------------------------------------------------------
 
+
 def describe_profile(p: MigProfile) -> str:
     starts = ",".join(str(s) for s in p.placements)
     media = ", media engines" if p.media else ""
     pid = "?" if p.id is None else p.id
-    return (f"{p.name:<12} id {pid!s:>2}  {p.compute_slices} compute + {p.memory_slices} memory slices, "
-            f"starts {{{starts}}}, at most {p.max_instances}{media}")
+    return (
+        f"{p.name:<12} id {pid!s:>2}  {p.compute_slices} compute + {p.memory_slices} memory slices, "
+        f"starts {{{starts}}}, at most {p.max_instances}{media}"
+    )
 
 
 def find_profile(profile_set: MigProfileSet, name: str) -> MigProfile:
@@ -191,14 +204,17 @@ def parse_layout(profile_set: MigProfileSet, layout: str | Iterable[str | MigPro
             out.append(find_profile(profile_set, item.name))
             continue
         if not item:
-            raise InputError(f"empty entry in MIG layout {layout!r}",
-                             hint="separate profiles with single commas: --layout 3g.40gb,2g.20gb,2x1g.10gb")
+            raise InputError(
+                f"empty entry in MIG layout {layout!r}",
+                hint="separate profiles with single commas: --layout 3g.40gb,2g.20gb,2x1g.10gb",
+            )
         count, name = 1, item
         if (m := _COUNTED.match(item)) and not find_profile_or_none(profile_set, item):
             count, name = int(m.group(1)), m.group(2)
             if count < 1:
-                raise InputError(f"MIG layout entry {item!r} asks for no instance",
-                                 hint="drop it, or give a count of 1 or more")
+                raise InputError(
+                    f"MIG layout entry {item!r} asks for no instance", hint="drop it, or give a count of 1 or more"
+                )
         out.extend([find_profile(profile_set, name)] * count)
     return tuple(out)
 
@@ -209,6 +225,7 @@ def find_profile_or_none(profile_set: MigProfileSet, name: str) -> MigProfile | 
 
 
 # -- the search ------------------------------------------------------------------------------
+
 
 def creation_key(p: MigProfile) -> tuple:
     """Larger instances first (memory, then compute), then the least flexible, then by name."""
@@ -228,8 +245,10 @@ def count_problems(profile_set: MigProfileSet, profiles: Sequence[MigProfile]) -
             problems.append(f"{counts[p]}x {p.name}: at most {p.max_instances} on a GPU of {profile_set.id}")
     media = [p for p in profiles if p.media]
     if len(media) > 1 and not (len(set(media)) == 1 and len(media) > media[0].max_instances):
-        problems.append(f"{len(media)} media instances ({', '.join(p.name for p in ordered(media))}): the GPU's "
-                        "media engines go to one +me instance at most")
+        problems.append(
+            f"{len(media)} media instances ({', '.join(p.name for p in ordered(media))}): the GPU's "
+            "media engines go to one +me instance at most"
+        )
     compute = sum(p.compute_slices for p in profiles)
     if compute > profile_set.compute_slices:
         terms = "+".join(str(p.compute_slices) for p in ordered(profiles))
@@ -326,6 +345,7 @@ def max_fill(profile_set: MigProfileSet, profiles: Sequence[MigProfile], fill: M
 
 # -- refusal: why, and what would fit --------------------------------------------------------
 
+
 def _slots_text(starts: Iterable[int]) -> str:
     return "{" + ",".join(str(s) for s in starts) + "}"
 
@@ -359,31 +379,39 @@ def placement_problem(profile_set: MigProfileSet, profiles: Sequence[MigProfile]
         blocker = profiles[i]
         groups: dict[tuple[str, ...], list[int]] = {}
         for s in blocker.placements:
-            over = tuple(f"{x.label} ({x.span()})" for x in placed
-                         if x.start < s + blocker.memory_slices and s < x.end)
+            over = tuple(f"{x.label} ({x.span()})" for x in placed if x.start < s + blocker.memory_slices and s < x.end)
             groups.setdefault(over, []).append(s)
         parts = []
         for over, ss in groups.items():
             verb = "overlaps" if len(ss) == 1 and len(over) == 1 else "overlap"
-            parts.append(f"{'start' if len(ss) == 1 else 'starts'} {','.join(map(str, ss))} {verb} {' and '.join(over)}")
-        lines.append(f"{_nth(profiles, i)} finds no placement: it may start at "
-                     f"{_slots_text(blocker.placements)} ({blocker.memory_slices} memory "
-                     f"{'slot' if blocker.memory_slices == 1 else 'slots'}); " + "; ".join(parts))
+            parts.append(
+                f"{'start' if len(ss) == 1 else 'starts'} {','.join(map(str, ss))} {verb} {' and '.join(over)}"
+            )
+        lines.append(
+            f"{_nth(profiles, i)} finds no placement: it may start at "
+            f"{_slots_text(blocker.placements)} ({blocker.memory_slices} memory "
+            f"{'slot' if blocker.memory_slices == 1 else 'slots'}); " + "; ".join(parts)
+        )
         used = {s for x in placed for s in x.slots}
         free = [s for s in range(profile_set.memory_slices) if s not in used]
         if free:
-            lines.append(f"  free {'slot' if len(free) == 1 else 'slots'} {_slots_text(free)} "
-                         f"{'holds' if len(free) == 1 else 'hold'} no allowed {blocker.name} placement")
+            lines.append(
+                f"  free {'slot' if len(free) == 1 else 'slots'} {_slots_text(free)} "
+                f"{'holds' if len(free) == 1 else 'hold'} no allowed {blocker.name} placement"
+            )
         if prefix:
             count = sum(1 for _ in arrangements(profile_set, prefix))
             which = "their only arrangement leaves no" if count == 1 else f"none of their {count} arrangements leaves"
-            lines.append(f"  placed before it (larger first): {', '.join(x.label for x in placed)}; "
-                         f"{which} room for it")
+            lines.append(
+                f"  placed before it (larger first): {', '.join(x.label for x in placed)}; {which} room for it"
+            )
         break
     return lines
 
 
-def completions(profile_set: MigProfileSet, profiles: Sequence[MigProfile], limit: int = 3) -> list[tuple[MigProfile, ...]]:
+def completions(
+    profile_set: MigProfileSet, profiles: Sequence[MigProfile], limit: int = 3
+) -> list[tuple[MigProfile, ...]]:
     """The largest valid sub-layouts of a request, best first: most instances kept, then most
     compute slices, then most memory slices. Only maximal ones (none is part of another)."""
     counts = Counter(profiles)
@@ -406,8 +434,12 @@ def completions(profile_set: MigProfileSet, profiles: Sequence[MigProfile], limi
     sub_layouts(0, 0, 0, ())
 
     def score(vec: tuple[int, ...]) -> tuple:
-        return (-sum(vec), -sum(n * p.compute_slices for p, n in zip(kinds, vec, strict=True)),
-                -sum(n * p.memory_slices for p, n in zip(kinds, vec, strict=True)), tuple(-n for n in vec))
+        return (
+            -sum(vec),
+            -sum(n * p.compute_slices for p, n in zip(kinds, vec, strict=True)),
+            -sum(n * p.memory_slices for p, n in zip(kinds, vec, strict=True)),
+            tuple(-n for n in vec),
+        )
 
     valid.sort(key=score)
     best: list[tuple[int, ...]] = []
@@ -436,8 +468,10 @@ def refusal(profile_set: MigProfileSet, profiles: Sequence[MigProfile], gpu: str
     for sub in subs:
         dropped = Counter(profiles) - Counter(sub)
         extra = room(profile_set, sub)
-        line = (f"fits: --layout {layout_text(sub)} (keeps {len(sub)} of {len(profiles)}, "
-                f"drops {layout_text(dropped.elements())})")
+        line = (
+            f"fits: --layout {layout_text(sub)} (keeps {len(sub)} of {len(profiles)}, "
+            f"drops {layout_text(dropped.elements())})"
+        )
         if extra:
             line += "; room left for " + " or ".join(p.name if n == 1 else f"{n}x{p.name}" for p, n in extra)
         details.append(line)
@@ -450,11 +484,13 @@ def refusal(profile_set: MigProfileSet, profiles: Sequence[MigProfile], gpu: str
             hint += " and --fill PROFILE to pack what is left"
     else:
         hint = f"the profiles of {profile_set.id}: {', '.join(p.name for p in profile_set.profiles)}"
-    return MigLayoutError(message, hint=hint, problems=problems,
-                          completions=[tuple(p.name for p in s) for s in subs], details=details)
+    return MigLayoutError(
+        message, hint=hint, problems=problems, completions=[tuple(p.name for p in s) for s in subs], details=details
+    )
 
 
 # -- planning --------------------------------------------------------------------------------
+
 
 def plan_layout(
     profile_set: MigProfileSet,
@@ -476,9 +512,11 @@ def plan_layout(
     if fill is not None:
         fill_profile = find_profile(profile_set, fill.name if isinstance(fill, MigProfile) else fill)
     if not profiles and fill_profile is None:
-        raise InputError("no MIG layout: give --layout PROFILES and/or --fill PROFILE",
-                         hint=f"e.g. --layout {layout_text(_example(profile_set))}; "
-                              f"profiles of {profile_set.id}: {', '.join(p.name for p in profile_set.profiles)}")
+        raise InputError(
+            "no MIG layout: give --layout PROFILES and/or --fill PROFILE",
+            hint=f"e.g. --layout {layout_text(_example(profile_set))}; "
+            f"profiles of {profile_set.id}: {', '.join(p.name for p in profile_set.profiles)}",
+        )
     if arrange(profile_set, profiles) is None and profiles:
         raise refusal(profile_set, profiles, gpu)
     filled = 0
@@ -492,10 +530,17 @@ def plan_layout(
         name = default_config_name(gpu, instances)
     else:
         check_config_name(name)
-    return MigPlan(gpu=gpu, profile_set=profile_set, instances=instances,
-                   request=tuple(p.name for p in profiles), name=name,
-                   fill=fill_profile.name if fill_profile else None, filled=filled,
-                   pci_device_ids=tuple(pci_device_ids), device_filter=device_filter)
+    return MigPlan(
+        gpu=gpu,
+        profile_set=profile_set,
+        instances=instances,
+        request=tuple(p.name for p in profiles),
+        name=name,
+        fill=fill_profile.name if fill_profile else None,
+        filled=filled,
+        pci_device_ids=tuple(pci_device_ids),
+        device_filter=device_filter,
+    )
 
 
 def _example(profile_set: MigProfileSet) -> tuple[MigProfile, ...]:
@@ -519,12 +564,15 @@ def default_config_name(gpu: str, instances: Sequence[Instance]) -> str:
 
 def check_config_name(name: str) -> None:
     if not _LABEL_VALUE.match(name):
-        raise InputError(f"--name {name!r} is not a usable mig-parted config name",
-                         hint="1-63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit "
-                              "(the GPU Operator selects it through the nvidia.com/mig.config node label)")
+        raise InputError(
+            f"--name {name!r} is not a usable mig-parted config name",
+            hint="1-63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit "
+            "(the GPU Operator selects it through the nvidia.com/mig.config node label)",
+        )
 
 
 # -- GPUs ------------------------------------------------------------------------------------
+
 
 def mig_capable(matrix: Matrix) -> list[str]:
     """Catalogue GPU ids and groups that have one MIG profile set."""

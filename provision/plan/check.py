@@ -48,8 +48,12 @@ def check(matrix: Matrix, raw: dict[str, Any] | None = None) -> CheckResult:
             counts["refused"] += 1
             for k in exc.kinds or {"other"}:
                 result.refusals[k] += 1
-            if kind == "os+gpu" and (req.os, req.gpu) not in declared and (None, req.gpu) not in declared \
-                    and (req.os, None) not in declared:
+            if (
+                kind == "os+gpu"
+                and (req.os, req.gpu) not in declared
+                and (None, req.gpu) not in declared
+                and (req.os, None) not in declared
+            ):
                 first = exc.eliminations[0][1] if exc.eliminations else exc.message
                 result.unresolved_pairs.append((req.os, req.gpu, first))
             return False

@@ -4,7 +4,6 @@
 document they exchange is the contract in the README (``"schema": 1``).
 """
 
-
 import hashlib
 import json
 import os
@@ -174,7 +173,9 @@ class Plan(NamedTuple):
         try:
             plan = _load(cls, body)
         except (KeyError, TypeError, ValueError) as exc:
-            raise InputError(f"{origin} is not a valid plan ({exc})", hint="re-create it with provision plan --lock") from None
+            raise InputError(
+                f"{origin} is not a valid plan ({exc})", hint="re-create it with provision plan --lock"
+            ) from None
         if "digest" in doc and doc["digest"] != plan.digest():
             raise InputError(
                 f"{origin} was edited after it was written (digest mismatch)",

@@ -29,7 +29,6 @@ A refusal lists every candidate tried with the reason it was eliminated, and the
 that would resolve.
 """
 
-
 import re
 from collections.abc import Iterator
 from typing import NamedTuple
@@ -55,8 +54,12 @@ from provision.versions import DottedVersion as Version
 from provision.versions import major_minor, parse_version, prefix_matches
 
 POLICIES = ("lts", "latest")
-_BRANCH_TYPES = {"ltsb": "long-term support branch", "pb": "production branch", "nfb": "new feature branch",
-                 "unknown": "branch (designation not published)"}
+_BRANCH_TYPES = {
+    "ltsb": "long-term support branch",
+    "pb": "production branch",
+    "nfb": "new feature branch",
+    "unknown": "branch (designation not published)",
+}
 _FRAMEWORK_NAMES = {"pytorch": "pytorch", "torch": "pytorch", "tensorflow": "tensorflow", "tf": "tensorflow"}
 
 
@@ -72,12 +75,38 @@ class Pins(NamedTuple):
 class Context:
     """One resolution: the request's facts, and what was eliminated on the way."""
 
-    __slots__ = ("arch", "cc", "eliminated", "gpu_id", "gpu_name", "gpus", "kinds", "matrix", "min_driver",
-                 "nvswitch", "os", "pins", "request", "skipped")
+    __slots__ = (
+        "arch",
+        "cc",
+        "eliminated",
+        "gpu_id",
+        "gpu_name",
+        "gpus",
+        "kinds",
+        "matrix",
+        "min_driver",
+        "nvswitch",
+        "os",
+        "pins",
+        "request",
+        "skipped",
+    )
 
-    def __init__(self, *, matrix: m.Matrix, request: PlanRequest, os: m.OsRelease, gpu_id: str, gpu_name: str,
-                 gpus: tuple[m.Gpu, ...], arch: m.Architecture, cc: str, nvswitch: bool,
-                 min_driver: Version | None, pins: Pins) -> None:
+    def __init__(
+        self,
+        *,
+        matrix: m.Matrix,
+        request: PlanRequest,
+        os: m.OsRelease,
+        gpu_id: str,
+        gpu_name: str,
+        gpus: tuple[m.Gpu, ...],
+        arch: m.Architecture,
+        cc: str,
+        nvswitch: bool,
+        min_driver: Version | None,
+        pins: Pins,
+    ) -> None:
         self.matrix, self.request, self.os, self.pins = matrix, request, os, pins
         self.gpu_id, self.gpu_name, self.gpus, self.arch = gpu_id, gpu_name, gpus, arch
         self.cc, self.nvswitch, self.min_driver = cc, nvswitch, min_driver
@@ -99,6 +128,29 @@ class DriverChoice(NamedTuple):
     reasons: tuple[Reason, ...]
 
 
+class Candidate(NamedTuple):
+    """One stack the search tries: a driver, a framework build (or none), a CUDA release and its images."""
+
+    drv: DriverChoice
+    fw_release: m.FrameworkRelease | None
+    build: m.FrameworkBuild | None
+    cuda: m.CudaRelease
+    image: m.ImageRelease
+
+
+class CudaLink(NamedTuple):
+    """How the driver runs the CUDA release: its own minimum, or minor-version compatibility above floor."""
+
+    compat: str  # "toolkit-driver" | "minor-version"
+    floor: m.CudaRelease | None
+
+
+class CudnnChoice(NamedTuple):
+    version: str | None
+    origin: str  # "framework" | "image"
+    reason: str | None
+
+
 # -- entry point ---------------------------------------------------------------------------
 def resolve(matrix: m.Matrix, request: PlanRequest, *, suggest: bool = True) -> Plan:
     """Resolve a request; NoCompatibleStack says what was tried and which pins would work."""
@@ -107,13 +159,18 @@ def resolve(matrix: m.Matrix, request: PlanRequest, *, suggest: bool = True) -> 
     plan = _search(ctx)
     if plan is not None:
         if mig is not None:
-            plan = plan._replace(mig=mig[0], reasons=plan.reasons + (mig[1],))
+            plan = plan._replace(mig=mig[0], reasons=(*plan.reasons, mig[1]))
         return plan
     eliminations = list(ctx.eliminated)
     if ctx.skipped:
-        eliminations.append(("not tried", f"{', '.join(ctx.skipped)}: policy {request.policy} takes "
-                             f"{'long-term support and production' if request.policy == 'lts' else 'any'} branches "
-                             "not past end of life; pin --driver to use one"))
+        eliminations.append(
+            (
+                "not tried",
+                f"{', '.join(ctx.skipped)}: policy {request.policy} takes "
+                f"{'long-term support and production' if request.policy == 'lts' else 'any'} branches "
+                "not past end of life; pin --driver to use one",
+            )
+        )
     error = NoCompatibleStack(
         f"no compatible stack for os={ctx.os.id} gpu={ctx.gpu_id}{_pin_text(request)}",
         eliminations=eliminations,
@@ -130,17 +187,23 @@ def _mig(matrix: m.Matrix, request: PlanRequest):
     from provision.plan.model import PlanMig, PlanMigInstance
 
     gpu_id, profile_set, members = migplan.gpu_profile_set(matrix, request.gpu)
-    placed = migplan.plan_layout(profile_set, request.mig, gpu=gpu_id,
-                                 pci_device_ids=tuple(p for g in members for p in g.pci_device_ids))
-    instances = tuple(PlanMigInstance(i.profile.name, i.profile.id, i.start, i.profile.memory_slices,
-                                      i.profile.compute_slices) for i in placed.instances)
-    text = (f"MIG layout {', '.join(i.label for i in placed.instances)} (profile@start slot) on the "
-            f"{profile_set.id} profile set: every instance at a start `nvidia-smi mig -lgipp` allows, none overlapping, "
-            f"{placed.compute_used}/{profile_set.compute_slices} compute slices")
+    placed = migplan.plan_layout(
+        profile_set, request.mig, gpu=gpu_id, pci_device_ids=tuple(p for g in members for p in g.pci_device_ids)
+    )
+    instances = tuple(
+        PlanMigInstance(i.profile.name, i.profile.id, i.start, i.profile.memory_slices, i.profile.compute_slices)
+        for i in placed.instances
+    )
+    text = (
+        f"MIG layout {', '.join(i.label for i in placed.instances)} (profile@start slot) on the "
+        f"{profile_set.id} profile set: every instance at a start `nvidia-smi mig -lgipp` allows, none overlapping, "
+        f"{placed.compute_used}/{profile_set.compute_slices} compute slices"
+    )
     if not profile_set.placements_confirmed:
         text += f"; placements of the same die family ({profile_set.note})"
-    mig = PlanMig(placed.name, profile_set.id, profile_set.placements_confirmed, instances,
-                  placed.devices(), cgi_args(placed))
+    mig = PlanMig(
+        placed.name, profile_set.id, profile_set.placements_confirmed, instances, placed.devices(), cgi_args(placed)
+    )
     return mig, Reason("mig", text, profile_set.sources[0] if profile_set.sources else None)
 
 
@@ -149,8 +212,12 @@ def context(matrix: m.Matrix, request: PlanRequest) -> Context:
     gpu_id, gpus = matrix.gpu_members(request.gpu)
     first = gpus[0]
     differs = [
-        what for what, attr in (("architecture", "architecture"), ("compute capability", "compute_capability"),
-                                ("Fabric Manager (NVSwitch)", "nvswitch"))
+        what
+        for what, attr in (
+            ("architecture", "architecture"),
+            ("compute capability", "compute_capability"),
+            ("Fabric Manager (NVSwitch)", "nvswitch"),
+        )
         if len({getattr(g, attr) for g in gpus}) > 1
     ]
     if differs:
@@ -172,10 +239,16 @@ def context(matrix: m.Matrix, request: PlanRequest) -> Context:
     mins = [g.min_driver for g in gpus if g.min_driver is not None]
     group = matrix.group(gpu_id)
     return Context(
-        matrix=matrix, request=request, os=os_rel, gpu_id=gpu_id,
-        gpu_name=group.name if group else first.name, gpus=gpus,
-        arch=matrix.architecture(first.architecture), cc=first.compute_capability,
-        nvswitch=first.nvswitch, min_driver=max(mins) if mins else None,
+        matrix=matrix,
+        request=request,
+        os=os_rel,
+        gpu_id=gpu_id,
+        gpu_name=group.name if group else first.name,
+        gpus=gpus,
+        arch=matrix.architecture(first.architecture),
+        cc=first.compute_capability,
+        nvswitch=first.nvswitch,
+        min_driver=max(mins) if mins else None,
         pins=parse_pins(matrix, request),
     )
 
@@ -189,28 +262,42 @@ def parse_pins(matrix: m.Matrix, request: PlanRequest) -> Pins:
         elif re.fullmatch(r"\d{3}\.\d+(\.\d+)?", text):
             branch, release = int(text.split(".")[0]), parse_version(text)
         else:
-            raise BadPin(f"--driver {request.driver!r} is neither a branch nor a release",
-                         hint="use a branch (--driver 580) or a release (--driver 580.95.05)")
+            raise BadPin(
+                f"--driver {request.driver!r} is neither a branch nor a release",
+                hint="use a branch (--driver 580) or a release (--driver 580.95.05)",
+            )
         known = matrix.branch(branch)
         if known is None:
-            raise BadPin(f"driver branch R{branch} is not in the catalogue",
-                         hint="catalogued branches: " + ", ".join(str(b.branch) for b in matrix.drivers))
+            raise BadPin(
+                f"driver branch R{branch} is not in the catalogue",
+                hint="catalogued branches: " + ", ".join(str(b.branch) for b in matrix.drivers),
+            )
         if release is not None and known.release(release) is None:
-            raise BadPin(f"driver {release} is not a catalogued R{branch} release",
-                         hint="newest catalogued: " + ", ".join(str(r.version) for r in known.releases[:4]))
+            raise BadPin(
+                f"driver {release} is not a catalogued R{branch} release",
+                hint="newest catalogued: " + ", ".join(str(r.version) for r in known.releases[:4]),
+            )
     cuda = None
     if request.cuda is not None:
         cuda = request.cuda.strip()
         if not re.fullmatch(r"\d+\.\d+(\.\d+)?", cuda):
-            raise BadPin(f"--cuda {request.cuda!r} is not a CUDA version", hint="use major.minor (12.4) or a release (12.4.1)")
+            raise BadPin(
+                f"--cuda {request.cuda!r} is not a CUDA version", hint="use major.minor (12.4) or a release (12.4.1)"
+            )
         if not any(prefix_matches(cuda, c.version) for c in matrix.cuda):
-            raise BadPin(f"CUDA {cuda} is not in the catalogue",
-                         hint="catalogued: " + ", ".join(sorted({major_minor(c.version) for c in matrix.cuda}, key=Version, reverse=True)))
+            raise BadPin(
+                f"CUDA {cuda} is not in the catalogue",
+                hint="catalogued: "
+                + ", ".join(sorted({major_minor(c.version) for c in matrix.cuda}, key=Version, reverse=True)),
+            )
     cudnn = None
     if request.cudnn is not None:
         cudnn = request.cudnn.strip()
         if not re.fullmatch(r"\d+(\.\d+){0,3}", cudnn):
-            raise BadPin(f"--cudnn {request.cudnn!r} is not a cuDNN version", hint="use a major (9), major.minor (9.1) or a build (9.1.0.70)")
+            raise BadPin(
+                f"--cudnn {request.cudnn!r} is not a cuDNN version",
+                hint="use a major (9), major.minor (9.1) or a build (9.1.0.70)",
+            )
     framework = fw_release = None
     if request.framework is not None:
         text = request.framework.strip()
@@ -226,10 +313,16 @@ def parse_pins(matrix: m.Matrix, request: PlanRequest) -> Pins:
                 raise BadPin(f"{mt[2]!r} is not a {framework.name} version", hint="e.g. --framework pytorch==2.5.1")
             fw_release = framework.release(parse_version(mt[2]))
             if fw_release is None:
-                near = [str(r.version) for r in framework.releases if prefix_matches(".".join(mt[2].split(".")[:2]), r.version)]
+                near = [
+                    str(r.version)
+                    for r in framework.releases
+                    if prefix_matches(".".join(mt[2].split(".")[:2]), r.version)
+                ]
                 near = near or [str(r.version) for r in framework.releases[:4]]
-                raise UnknownId(f"{framework.name} {mt[2]} is not in the catalogue",
-                                hint=f"catalogued {framework.name} releases include {', '.join(near)} (list: provision matrix frameworks)")
+                raise UnknownId(
+                    f"{framework.name} {mt[2]} is not in the catalogue",
+                    hint=f"catalogued {framework.name} releases include {', '.join(near)} (list: provision matrix frameworks)",
+                )
     return Pins(branch, release, cuda, cudnn, framework, fw_release)
 
 
@@ -245,7 +338,7 @@ def _search(ctx: Context) -> Plan | None:
         for drv in drivers:
             for fw_release, build in builds or [(None, None)]:
                 for cuda, image in _cuda_candidates(ctx, build):
-                    plan = _try(ctx, drv, fw_release, build, cuda, image, allow_minor=allow_minor)
+                    plan = _try(ctx, Candidate(drv, fw_release, build, cuda, image), allow_minor=allow_minor)
                     if plan is not None:
                         return plan
     return None
@@ -265,18 +358,28 @@ def _driver_candidates(ctx: Context) -> Iterator[DriverChoice]:
             else:
                 branches.append(b)
     for b in branches:
-        assert b is not None  # noqa: S101 - parse_pins checked the pinned branch exists
+        assert b is not None
         label = b.label
         arch = ctx.arch
         if arch.last_driver_branch is not None and b.branch > arch.last_driver_branch:
-            ctx.drop(label, f"does not support {arch.name} (R{arch.last_driver_branch} is the last branch for it)", "driver-architecture")
+            ctx.drop(
+                label,
+                f"does not support {arch.name} (R{arch.last_driver_branch} is the last branch for it)",
+                "driver-architecture",
+            )
             continue
         if arch.first_driver_branch is not None and b.branch < arch.first_driver_branch:
-            ctx.drop(label, f"predates {arch.name} support (first branch R{arch.first_driver_branch})", "driver-architecture")
+            ctx.drop(
+                label, f"predates {arch.name} support (first branch R{arch.first_driver_branch})", "driver-architecture"
+            )
             continue
         usable = [mod for mod in b.kernel_modules if mod in arch.kernel_modules]
         if not usable:
-            ctx.drop(label, f"ships {'/'.join(b.kernel_modules)} kernel modules only; {arch.name} needs {'/'.join(arch.kernel_modules)}", "kernel-module")
+            ctx.drop(
+                label,
+                f"ships {'/'.join(b.kernel_modules)} kernel modules only; {arch.name} needs {'/'.join(arch.kernel_modules)}",
+                "kernel-module",
+            )
             continue
         module = b.default_module if b.default_module in usable else usable[0]
         packaging = ctx.matrix.packaging_for(ctx.os.id, b.branch, module)
@@ -287,7 +390,11 @@ def _driver_candidates(ctx: Context) -> Iterator[DriverChoice]:
         if pins.driver_release is not None:
             releases = [r for r in releases if r.version == pins.driver_release]
             if not releases:
-                ctx.drop(str(pins.driver_release), f"not in the {ctx.os.nvidia_repo} repository (released before it existed)", "os-packages")
+                ctx.drop(
+                    str(pins.driver_release),
+                    f"not in the {ctx.os.nvidia_repo} repository (released before it existed)",
+                    "os-packages",
+                )
                 continue
         if not releases:
             ctx.drop(label, f"no release in the {ctx.os.nvidia_repo} repository", "os-packages")
@@ -295,8 +402,11 @@ def _driver_candidates(ctx: Context) -> Iterator[DriverChoice]:
         if ctx.min_driver is not None:
             fit = [r for r in releases if r.version >= ctx.min_driver]
             if not fit:
-                ctx.drop(label if pins.driver_release is None else str(pins.driver_release),
-                         f"older than {ctx.min_driver}, the first driver confirmed for {ctx.gpu_id}", "gpu-min-driver")
+                ctx.drop(
+                    label if pins.driver_release is None else str(pins.driver_release),
+                    f"older than {ctx.min_driver}, the first driver confirmed for {ctx.gpu_id}",
+                    "gpu-min-driver",
+                )
                 continue
             releases = fit
         release = releases[0]
@@ -309,7 +419,7 @@ def _framework_candidates(ctx: Context) -> Iterator[tuple[m.FrameworkRelease, m.
         return
     releases = [ctx.pins.framework_release] if ctx.pins.framework_release else list(fw.releases)
     for rel in releases:
-        assert rel is not None  # noqa: S101
+        assert rel is not None
         for build in sorted(rel.builds, key=lambda b: (not b.default, [-x for x in b.cuda_version.release])):
             name = f"{fw.package}=={rel.version} ({build.variant})"
             if ctx.pins.cuda is not None and ".".join(ctx.pins.cuda.split(".")[:2]) != build.cuda:
@@ -358,14 +468,21 @@ def _cuda_candidates(ctx: Context, build: m.FrameworkBuild | None) -> Iterator[t
         image = ctx.matrix.image(cuda.version)
         img_os = ctx.os.cuda_image_os
         if image is None or img_os not in image.os or flavour not in image.flavours:
-            published = [str(i.cuda) for i in ctx.matrix.images
-                         if img_os in i.os and major_minor(i.cuda) == major_minor(cuda.version)]
+            published = [
+                str(i.cuda)
+                for i in ctx.matrix.images
+                if img_os in i.os and major_minor(i.cuda) == major_minor(cuda.version)
+            ]
             also = f" (published for {major_minor(cuda.version)}: {', '.join(published)})" if published else ""
             ctx.drop(name, f"no nvidia/cuda {flavour} image for {img_os}{also}", "image")
             continue
         yield cuda, image
     if build is not None and not any(major_minor(c.version) == build.cuda for c in ctx.matrix.cuda):
-        ctx.drop(f"cuda {build.cuda}", f"not in the catalogue (oldest catalogued: {ctx.matrix.cuda[-1].version})", "cuda-uncatalogued")
+        ctx.drop(
+            f"cuda {build.cuda}",
+            f"not in the catalogue (oldest catalogued: {ctx.matrix.cuda[-1].version})",
+            "cuda-uncatalogued",
+        )
 
 
 def _base_flavour(build: m.FrameworkBuild | None) -> str:
@@ -374,8 +491,8 @@ def _base_flavour(build: m.FrameworkBuild | None) -> str:
     return "base" if build.libraries == "wheels" else "cudnn-runtime"
 
 
-def _try(ctx: Context, drv: DriverChoice, fw_release, build, cuda: m.CudaRelease, image: m.ImageRelease,
-         *, allow_minor: bool) -> Plan | None:
+def _try(ctx: Context, cand: Candidate, *, allow_minor: bool) -> Plan | None:
+    drv, fw_release, build, cuda, image = cand
     combo = f"{drv.branch.label} {drv.release.version} + cuda {cuda.version}"
     if build is not None:
         combo += f" + {ctx.pins.framework.package}=={fw_release.version} ({build.variant})"
@@ -389,12 +506,20 @@ def _try(ctx: Context, drv: DriverChoice, fw_release, build, cuda: m.CudaRelease
             extra = ""
             if floor is not None and version >= floor.min_driver:
                 extra = f"; minor-version compatibility (>= {floor.min_driver}) is kept for when no stack meets it"
-            ctx.drop(combo, f"CUDA {cuda.version} needs driver >= {cuda.min_driver} (release notes, Table 3){extra}", "cuda-driver")
+            ctx.drop(
+                combo,
+                f"CUDA {cuda.version} needs driver >= {cuda.min_driver} (release notes, Table 3){extra}",
+                "cuda-driver",
+            )
             return None
     cudnn_version, origin = _cudnn_for(build, image)
     if ctx.pins.cudnn is not None:
         if cudnn_version is None:
-            ctx.drop(combo, f"the cuDNN build in the nvidia/cuda {cuda.version} images is not catalogued, so --cudnn {ctx.pins.cudnn} cannot be checked", "cudnn-pin")
+            ctx.drop(
+                combo,
+                f"the cuDNN build in the nvidia/cuda {cuda.version} images is not catalogued, so --cudnn {ctx.pins.cudnn} cannot be checked",
+                "cudnn-pin",
+            )
             return None
         if not prefix_matches(ctx.pins.cudnn, Version(cudnn_version)):
             ctx.drop(combo, f"cuDNN {cudnn_version} ({origin}) does not match --cudnn {ctx.pins.cudnn}", "cudnn-pin")
@@ -414,7 +539,7 @@ def _try(ctx: Context, drv: DriverChoice, fw_release, build, cuda: m.CudaRelease
             cudnn_version, cudnn_reason = None, f"the images' cuDNN {image.cudnn_version} is left out: {why}"
         else:
             cudnn_reason = why
-    return _build_plan(ctx, drv, fw_release, build, cuda, image, compat, cudnn_version, origin, cudnn_reason, floor)
+    return _build_plan(ctx, cand, CudaLink(compat, floor), CudnnChoice(cudnn_version, origin, cudnn_reason))
 
 
 def _cudnn_for(build: m.FrameworkBuild | None, image: m.ImageRelease) -> tuple[str | None, str]:
@@ -423,7 +548,9 @@ def _cudnn_for(build: m.FrameworkBuild | None, image: m.ImageRelease) -> tuple[s
     return image.cudnn_version, "image"
 
 
-def cudnn_supports(matrix: m.Matrix, version: Version, cuda: Version, cc: str, origin: str) -> tuple[bool, str, Version | None]:
+def cudnn_supports(
+    matrix: m.Matrix, version: Version, cuda: Version, cc: str, origin: str
+) -> tuple[bool, str, Version | None]:
     """(supported, why, minimum driver) for a cuDNN build with a CUDA release on compute capability cc."""
     sm = "sm_" + cc.replace(".", "")
     exact = matrix.cudnn_release(version)
@@ -434,7 +561,11 @@ def cudnn_supports(matrix: m.Matrix, version: Version, cuda: Version, cc: str, o
         rows_sm = [b for b in rows if cc in b.compute_capabilities]
         if not rows_sm:
             return False, f"its support matrix ({exact.version}) does not list {sm} with CUDA {cuda}", None
-        return True, f"support matrix {exact.version} lists CUDA {major_minor(cuda)} and {sm}", min(b.min_driver for b in rows_sm)
+        return (
+            True,
+            f"support matrix {exact.version} lists CUDA {major_minor(cuda)} and {sm}",
+            min(b.min_driver for b in rows_sm),
+        )
     same_major = [c for c in matrix.cudnn if c.version.release[0] == version.release[0]]
     older = next((c for c in same_major if c.version < version), None)
     newer = next((c for c in reversed(same_major) if c.version > version), None)
@@ -445,12 +576,22 @@ def cudnn_supports(matrix: m.Matrix, version: Version, cuda: Version, cc: str, o
     names = " and ".join(str(c.version) for c in bounds)
     pairing = "the framework build pins it" if origin == "framework" else "NVIDIA's image pairs it"
     if all(verdicts.values()):
-        return True, (f"no matrix for {version}; the catalogued matrices either side ({names}) list {sm}, "
-                      f"and {pairing} with CUDA {major_minor(cuda)}"), None
+        return (
+            True,
+            (
+                f"no matrix for {version}; the catalogued matrices either side ({names}) list {sm}, "
+                f"and {pairing} with CUDA {major_minor(cuda)}"
+            ),
+            None,
+        )
     if not any(verdicts.values()):
         return False, f"no matrix for {version}; the catalogued matrices either side ({names}) do not list {sm}", None
     said = ", ".join(f"{v} {'lists' if ok else 'does not list'} it" for v, ok in verdicts.items())
-    return False, f"{sm} support cannot be confirmed: no matrix for {version} and the neighbours disagree ({said})", None
+    return (
+        False,
+        f"{sm} support cannot be confirmed: no matrix for {version} and the neighbours disagree ({said})",
+        None,
+    )
 
 
 # -- the plan and its reasons ---------------------------------------------------------------
@@ -465,7 +606,9 @@ def _driver_reasons(ctx: Context, b: m.DriverBranch, release: m.DriverRelease, m
         why = f"newest {kinds} branch not past end of life on {ctx.matrix.as_of} (policy {ctx.request.policy}) that supports {ctx.arch.name}"
     eol = f", end of life {b.eol}" if b.eol else ""
     reasons = [Reason("driver", f"{b.label}, {_BRANCH_TYPES[b.type]}{eol}: {why}", src)]
-    rel_why = "pinned" if ctx.pins.driver_release else f"newest {b.label} release in the {ctx.os.nvidia_repo} repository"
+    rel_why = (
+        "pinned" if ctx.pins.driver_release else f"newest {b.label} release in the {ctx.os.nvidia_repo} repository"
+    )
     if ctx.min_driver is not None:
         rel_why += f"; {ctx.gpu_id} needs >= {ctx.min_driver}"
     reasons.append(Reason("driver", f"{release.version} ({release.date}): {rel_why}", release.source))
@@ -477,94 +620,197 @@ def _driver_reasons(ctx: Context, b: m.DriverBranch, release: m.DriverRelease, m
     return tuple(reasons)
 
 
-def _build_plan(ctx, drv: DriverChoice, fw_release, build, cuda, image, compat, cudnn_version, origin, cudnn_reason, floor) -> Plan:
-    matrix, os_rel = ctx.matrix, ctx.os
+def _build_plan(ctx: Context, cand: Candidate, link: CudaLink, cudnn: CudnnChoice) -> Plan:
+    """The Plan of a candidate that passed every rule, one part (and its reasons) at a time."""
+    driver, reasons = _driver_part(ctx, cand.drv)
+    cuda, driver_floor, why = _cuda_part(ctx, cand, link)
+    reasons.append(why)
+    base_image, images, why = _image_part(ctx, cand)
+    reasons.append(why)
+    plan_cudnn, why = _cudnn_part(cand, cudnn)
+    reasons.append(why)
+    framework = _framework_part(ctx, cand, reasons)
+    fabric = _fabric_part(ctx, driver, cand.drv.packaging, reasons)
+    toolkit = ctx.matrix.toolkit[0]
+    reasons.append(
+        Reason(
+            "container-toolkit",
+            f"NVIDIA Container Toolkit {toolkit.version}: newest catalogued release ({toolkit.date})",
+            toolkit.source,
+        )
+    )
+    os_rel = ctx.os
+    return Plan(
+        request=ctx.request,
+        os=PlanOs(
+            os_rel.id,
+            os_rel.name,
+            os_rel.family,
+            os_rel.distribution,
+            os_rel.version,
+            os_rel.pkg_manager,
+            os_rel.nvidia_repo,
+            os_rel.kernel_headers,
+            os_rel.cuda_image_os,
+        ),
+        gpu=PlanGpu(
+            ctx.gpu_id,
+            ctx.gpu_name,
+            ctx.cc,
+            ctx.arch.id,
+            tuple(g.id for g in ctx.gpus),
+            ctx.nvswitch,
+            all(g.mig is not None for g in ctx.gpus),
+            tuple(sorted({p for g in ctx.gpus for p in g.pci_device_ids})),
+        ),
+        driver=driver,
+        cuda=cuda,
+        cudnn=plan_cudnn,
+        framework=framework,
+        fabric_manager=fabric,
+        container_toolkit=PlanToolkit(
+            str(toolkit.version), tuple(Package(p, str(toolkit.version)) for p in toolkit.packages)
+        ),
+        base_image=base_image,
+        images=images,
+        driver_floor=driver_floor,
+        reasons=(
+            Reason(
+                "os", f"{os_rel.name}: {os_rel.pkg_manager}, NVIDIA repository {os_rel.nvidia_repo}", os_rel.sources[0]
+            ),
+            Reason("gpu", _gpu_text(ctx), ctx.gpus[0].sources[0]),
+            *reasons,
+        ),
+        data=PlanData(str(ctx.matrix.as_of), _data_digest(ctx.matrix)),
+    )
+
+
+def _driver_part(ctx: Context, drv: DriverChoice) -> tuple[PlanDriver, list[Reason]]:
     version = str(drv.release.version)
-    reasons = list(drv.reasons)
     branch = str(drv.branch.branch)
     names = [n.format(branch=branch) for n in drv.packaging.packages]
     stream = drv.packaging.module_stream.format(branch=branch) if drv.packaging.module_stream else None
     install = f"dnf module stream {stream}" if stream else "apt"
-    reasons.append(Reason("driver", f"packages {', '.join(names)} at {version} ({install}; held/locked at that version)", drv.packaging.sources[0]))
+    reasons = [
+        *drv.reasons,
+        Reason(
+            "driver",
+            f"packages {', '.join(names)} at {version} ({install}; held/locked at that version)",
+            drv.packaging.sources[0],
+        ),
+    ]
+    driver = PlanDriver(
+        branch,
+        version,
+        drv.module,
+        drv.branch.type,
+        drv.branch.eol,
+        drv.packaging.method,
+        stream,
+        tuple(Package(n, version) for n in names),
+    )
+    return driver, reasons
 
-    if compat == "toolkit-driver":
+
+def _cuda_part(ctx: Context, cand: Candidate, link: CudaLink) -> tuple[PlanCuda, str, Reason]:
+    cuda, version = cand.cuda, cand.drv.release.version
+    if link.compat == "toolkit-driver":
         cuda_why = f"needs driver >= {cuda.min_driver} (release notes, Table 3); {version} meets it"
         driver_floor = str(cuda.min_driver)
     else:
-        cuda_why = (f"needs driver >= {cuda.min_driver} for the full toolkit; {version} relies on CUDA minor-version "
-                    f"compatibility (CUDA {cuda.version.release[0]}.x runs on >= {floor.min_driver}, without PTX JIT of newer PTX)")
-        driver_floor = str(floor.min_driver)
-    pick = "pinned" if ctx.pins.cuda else ("the framework build's CUDA" if build else "newest release")
-    reasons.append(Reason("cuda", f"CUDA {cuda.version} ({cuda.label}): {pick} that builds for sm_{ctx.cc.replace('.', '')} "
-                                  f"and has {os_rel.cuda_image_os} images; {cuda_why}", cuda.source))
-
-    flavour = _base_flavour(build)
-    images = {f: f"{matrix.image_repository}:{image.tag(f, os_rel.cuda_image_os)}" for f in image.flavours}
-    base_image = images[flavour]
-    img_why = {"runtime": "runtime flavour: CUDA math libraries, no framework asked for",
-               "base": "base flavour: the framework's wheels bring their own CUDA libraries",
-               "cudnn-runtime": "cudnn-runtime flavour: the framework build uses the image's CUDA and cuDNN"}[flavour]
-    note = f"; {os_rel.cuda_image_note}" if os_rel.cuda_image_note else ""
-    reasons.append(Reason("image", f"{base_image}: {img_why}{note}", image.source))
-
-    cudnn = None
-    if cudnn_version is not None:
-        cudnn = PlanCudnn(cudnn_version, origin)
-        where = "the framework build's pin" if origin == "framework" else f"in the nvidia/cuda {cuda.version} cudnn images"
-        reasons.append(Reason("cudnn", f"cuDNN {cudnn_version} ({where}): {cudnn_reason}", None))
-    else:
-        unknown = cudnn_reason or f"the cuDNN build in the nvidia/cuda {cuda.version} cudnn images is not catalogued"
-        reasons.append(Reason("cudnn", f"none: {unknown} (pin --cudnn to choose a CUDA release with a confirmed cuDNN)",
-                              image.source))
-
-    framework = None
-    if build is not None:
-        fw = ctx.pins.framework
-        requirement = f"{fw.package}{build.requirement_extra}=={fw_release.version}"
-        framework = PlanFramework(
-            name=fw.id, package=fw.package, version=str(fw_release.version), variant=build.variant,
-            cuda=build.cuda, cuda_runtime=build.cuda_runtime, cudnn=build.cudnn, index_url=build.index_url,
-            extra=build.extra, libraries=build.libraries, requirement=requirement,
-            requires_python=fw_release.python,
+        cuda_why = (
+            f"needs driver >= {cuda.min_driver} for the full toolkit; {version} relies on CUDA minor-version "
+            f"compatibility (CUDA {cuda.version.release[0]}.x runs on >= {link.floor.min_driver}, "
+            "without PTX JIT of newer PTX)"
         )
-        index = build.index_url or "the package index default (pypi.org)"
-        _, how = carries_sm(matrix, build, ctx.cc)
-        pins = f"CUDA runtime {build.cuda_runtime}" if build.cuda_runtime else f"CUDA {build.cuda}"
-        reasons.append(Reason("framework", f"{requirement} from {index}: {build.variant} build ({pins}, cuDNN {build.cudnn}); {how}", build.source))
-
-    fabric = None
-    if ctx.nvswitch:
-        fm_names = [n.format(branch=branch) for n in drv.packaging.fabric_manager]
-        fabric = PlanFabricManager(fm_names[0], version, tuple(Package(n, version) for n in fm_names))
-        reasons.append(Reason("fabric-manager", f"{fm_names[0]} {version}: {ctx.gpu_id} sits on an NVSwitch baseboard; "
-                                                 "Fabric Manager must match the driver version exactly", "fabric-manager-guide"))
-    else:
-        reasons.append(Reason("fabric-manager", f"none: {ctx.gpu_id} has no NVSwitch", None))
-
-    toolkit = matrix.toolkit[0]
-    reasons.append(Reason("container-toolkit", f"NVIDIA Container Toolkit {toolkit.version}: newest catalogued release ({toolkit.date})", toolkit.source))
-
-    gpu = ctx.gpus[0]
-    return Plan(
-        request=ctx.request,
-        os=PlanOs(os_rel.id, os_rel.name, os_rel.family, os_rel.distribution, os_rel.version,
-                  os_rel.pkg_manager, os_rel.nvidia_repo, os_rel.kernel_headers, os_rel.cuda_image_os),
-        gpu=PlanGpu(ctx.gpu_id, ctx.gpu_name, ctx.cc, ctx.arch.id, tuple(g.id for g in ctx.gpus), ctx.nvswitch,
-                    all(g.mig is not None for g in ctx.gpus), tuple(sorted({p for g in ctx.gpus for p in g.pci_device_ids}))),
-        driver=PlanDriver(branch, version, drv.module, drv.branch.type, drv.branch.eol, drv.packaging.method,
-                          stream, tuple(Package(n, version) for n in names)),
-        cuda=PlanCuda(str(cuda.version), cuda.label, str(cuda.min_driver), compat),
-        cudnn=cudnn,
-        framework=framework,
-        fabric_manager=fabric,
-        container_toolkit=PlanToolkit(str(toolkit.version), tuple(Package(p, str(toolkit.version)) for p in toolkit.packages)),
-        base_image=base_image,
-        images=images,
-        driver_floor=driver_floor,
-        reasons=(Reason("os", f"{os_rel.name}: {os_rel.pkg_manager}, NVIDIA repository {os_rel.nvidia_repo}", os_rel.sources[0]),
-                 Reason("gpu", _gpu_text(ctx), gpu.sources[0]), *reasons),
-        data=PlanData(str(matrix.as_of), _data_digest(matrix)),
+        driver_floor = str(link.floor.min_driver)
+    pick = "pinned" if ctx.pins.cuda else ("the framework build's CUDA" if cand.build else "newest release")
+    why = Reason(
+        "cuda",
+        f"CUDA {cuda.version} ({cuda.label}): {pick} that builds for sm_{ctx.cc.replace('.', '')} "
+        f"and has {ctx.os.cuda_image_os} images; {cuda_why}",
+        cuda.source,
     )
+    return PlanCuda(str(cuda.version), cuda.label, str(cuda.min_driver), link.compat), driver_floor, why
+
+
+def _image_part(ctx: Context, cand: Candidate) -> tuple[str, dict[str, str], Reason]:
+    image, os_rel = cand.image, ctx.os
+    flavour = _base_flavour(cand.build)
+    images = {f: f"{ctx.matrix.image_repository}:{image.tag(f, os_rel.cuda_image_os)}" for f in image.flavours}
+    base_image = images[flavour]
+    img_why = {
+        "runtime": "runtime flavour: CUDA math libraries, no framework asked for",
+        "base": "base flavour: the framework's wheels bring their own CUDA libraries",
+        "cudnn-runtime": "cudnn-runtime flavour: the framework build uses the image's CUDA and cuDNN",
+    }[flavour]
+    note = f"; {os_rel.cuda_image_note}" if os_rel.cuda_image_note else ""
+    return base_image, images, Reason("image", f"{base_image}: {img_why}{note}", image.source)
+
+
+def _cudnn_part(cand: Candidate, cudnn: CudnnChoice) -> tuple[PlanCudnn | None, Reason]:
+    cuda = cand.cuda.version
+    if cudnn.version is not None:
+        where = (
+            "the framework build's pin" if cudnn.origin == "framework" else f"in the nvidia/cuda {cuda} cudnn images"
+        )
+        why = Reason("cudnn", f"cuDNN {cudnn.version} ({where}): {cudnn.reason}", None)
+        return PlanCudnn(cudnn.version, cudnn.origin), why
+    unknown = cudnn.reason or f"the cuDNN build in the nvidia/cuda {cuda} cudnn images is not catalogued"
+    why = Reason(
+        "cudnn", f"none: {unknown} (pin --cudnn to choose a CUDA release with a confirmed cuDNN)", cand.image.source
+    )
+    return None, why
+
+
+def _framework_part(ctx: Context, cand: Candidate, reasons: list[Reason]) -> PlanFramework | None:
+    build, fw_release = cand.build, cand.fw_release
+    if build is None:
+        return None
+    fw = ctx.pins.framework
+    requirement = f"{fw.package}{build.requirement_extra}=={fw_release.version}"
+    index = build.index_url or "the package index default (pypi.org)"
+    _, how = carries_sm(ctx.matrix, build, ctx.cc)
+    pins = f"CUDA runtime {build.cuda_runtime}" if build.cuda_runtime else f"CUDA {build.cuda}"
+    reasons.append(
+        Reason(
+            "framework",
+            f"{requirement} from {index}: {build.variant} build ({pins}, cuDNN {build.cudnn}); {how}",
+            build.source,
+        )
+    )
+    return PlanFramework(
+        name=fw.id,
+        package=fw.package,
+        version=str(fw_release.version),
+        variant=build.variant,
+        cuda=build.cuda,
+        cuda_runtime=build.cuda_runtime,
+        cudnn=build.cudnn,
+        index_url=build.index_url,
+        extra=build.extra,
+        libraries=build.libraries,
+        requirement=requirement,
+        requires_python=fw_release.python,
+    )
+
+
+def _fabric_part(
+    ctx: Context, driver: PlanDriver, packaging: m.DriverPackaging, reasons: list[Reason]
+) -> PlanFabricManager | None:
+    if not ctx.nvswitch:
+        reasons.append(Reason("fabric-manager", f"none: {ctx.gpu_id} has no NVSwitch", None))
+        return None
+    fm_names = [n.format(branch=driver.branch) for n in packaging.fabric_manager]
+    reasons.append(
+        Reason(
+            "fabric-manager",
+            f"{fm_names[0]} {driver.version}: {ctx.gpu_id} sits on an NVSwitch baseboard; "
+            "Fabric Manager must match the driver version exactly",
+            "fabric-manager-guide",
+        )
+    )
+    return PlanFabricManager(fm_names[0], driver.version, tuple(Package(n, driver.version) for n in fm_names))
 
 
 def _gpu_text(ctx: Context) -> str:
@@ -599,6 +845,7 @@ def _quiet(matrix: m.Matrix, request: PlanRequest) -> Plan | None:
 
 def _suggest(matrix: m.Matrix, request: PlanRequest, limit: int = 3) -> str:
     """Pin changes that resolve, cheapest first."""
+
     def replace(req: PlanRequest, **changes) -> PlanRequest:
         return req._replace(**changes)
 

@@ -9,6 +9,8 @@ per host, per check, pass / fail / skip with the evidence read.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from provision.plan.model import Plan
@@ -22,15 +24,21 @@ class Target(NamedTuple):
     plan: Plan
     gpu_count: int | None = None  # GPUs the host must show (None: at least one)
     mig: dict[str, Any] | None = None  # planned MIG layout (ansible vars of provision mig plan)
-    hostvars: dict[str, Any] = {}  # inventory variables (paths the roles were told to use)
+    hostvars: Mapping[str, Any] = MappingProxyType({})  # inventory variables (paths the roles were told to use)
 
 
 CHECKS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "checks")
 
 
-def run_verify(targets: list[Target], *, inventory: str | None = None, sudo: bool = False,
-               ssh_identity_file: str | None = None, ssh_config: str | None = None,
-               only: list[str] | None = None):
+def run_verify(
+    targets: list[Target],
+    *,
+    inventory: str | None = None,
+    sudo: bool = False,
+    ssh_identity_file: str | None = None,
+    ssh_config: str | None = None,
+    only: list[str] | None = None,
+):
     """Run every check on every target; returns a VerifyReport. Touches nothing on the hosts."""
     import pytest
 
@@ -40,15 +48,23 @@ def run_verify(targets: list[Target], *, inventory: str | None = None, sudo: boo
     plugin = VerifyPlugin(targets, only=only)
     args = [
         CHECKS_DIR,
-        "-c", os.path.join(CHECKS_DIR, "pytest.ini"),
-        "--rootdir", CHECKS_DIR,
-        "-p", "no:cacheprovider",
-        "-p", "no:terminal",
-        "-p", "no:randomly",
-        "-p", "no:xdist",
-        "-p", "no:logging",
+        "-c",
+        os.path.join(CHECKS_DIR, "pytest.ini"),
+        "--rootdir",
+        CHECKS_DIR,
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:terminal",
+        "-p",
+        "no:randomly",
+        "-p",
+        "no:xdist",
+        "-p",
+        "no:logging",
         "-s",
-        "--hosts", ",".join(t.spec for t in targets),
+        "--hosts",
+        ",".join(t.spec for t in targets),
     ]
     if inventory:
         args += ["--ansible-inventory", inventory]

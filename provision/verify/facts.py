@@ -6,8 +6,15 @@ import functools
 import shlex
 from typing import Any, NamedTuple
 
-SMI_FIELDS = ("index", "name", "pci.device_id", "driver_version", "persistence_mode",
-              "mig.mode.current", "mig.mode.pending")
+SMI_FIELDS = (
+    "index",
+    "name",
+    "pci.device_id",
+    "driver_version",
+    "persistence_mode",
+    "mig.mode.current",
+    "mig.mode.pending",
+)
 
 
 class Gpu(NamedTuple):
@@ -59,7 +66,7 @@ class HostFacts:
         """None when a command runs there; otherwise why not."""
         try:
             res = self.run("true")
-        except Exception as exc:  # noqa: BLE001 - every backend fails differently
+        except Exception as exc:
             return f"{type(exc).__name__}: {exc}".strip()
         if res.rc != 0:
             return (res.err.strip().splitlines() or [f"exit {res.rc}"])[-1]
@@ -111,7 +118,9 @@ class HostFacts:
         versions: dict[str, str] = {}
         held: set[str] = set()
         if self.target.plan.os.pkg_manager == "apt":
-            res = self.run(f"dpkg-query -W -f='${{Package}}\\t${{Version}}\\t${{db:Status-Abbrev}}\\n' {quoted} 2>/dev/null")
+            res = self.run(
+                f"dpkg-query -W -f='${{Package}}\\t${{Version}}\\t${{db:Status-Abbrev}}\\n' {quoted} 2>/dev/null"
+            )
             for line in res.out.splitlines():
                 parts = line.split("\t")
                 if len(parts) == 3 and parts[2].strip().startswith(("ii", "hi")):
@@ -128,11 +137,15 @@ class HostFacts:
             locks = self.run("dnf -q versionlock list 2>/dev/null").out
             for name in names:
                 # entries read NAME-[EPOCH:]VERSION-RELEASE.* (one per locked package)
-                if any(entry.strip().startswith(f"{name}-") and entry.strip()[len(name) + 1:len(name) + 2].isdigit()
-                       for entry in locks.splitlines()):
+                if any(
+                    entry.strip().startswith(f"{name}-") and entry.strip()[len(name) + 1 : len(name) + 2].isdigit()
+                    for entry in locks.splitlines()
+                ):
                     held.add(name)
-        return {n: Installed(n, upstream_version(versions[n]) if n in versions else None, versions.get(n), n in held)
-                for n in names}
+        return {
+            n: Installed(n, upstream_version(versions[n]) if n in versions else None, versions.get(n), n in held)
+            for n in names
+        }
 
     def systemd(self, unit: str) -> tuple[str, str]:
         """(is-active, is-enabled) as systemctl prints them."""

@@ -57,8 +57,10 @@ class VerifyPlugin:
     @pytest.fixture
     def evidence(self, request):
         """evidence("text"): what the check read, kept for the report whatever the outcome."""
+
         def add(text: str) -> None:
             request.node.user_properties.append(("evidence", str(text)))
+
         return add
 
     # -- selection and results ---------------------------------------------------------------
@@ -107,8 +109,17 @@ class VerifyPlugin:
                 status, detail = "fail", _failure_text(report)
                 if report.when == "setup":
                     detail = "could not run: " + detail
-            self.results.append(CheckResult(report.provision_target or "?", check, report.provision_title,
-                                            status, detail, tuple(evidence), round(report.duration, 3)))
+            self.results.append(
+                CheckResult(
+                    report.provision_target or "?",
+                    check,
+                    report.provision_title,
+                    status,
+                    detail,
+                    tuple(evidence),
+                    round(report.duration, 3),
+                )
+            )
         elif report.when == "teardown" and report.failed:
             self.errors.append(f"{report.provision_target}: {check}: teardown failed: {_failure_text(report)}")
 
@@ -129,8 +140,9 @@ def _spec_matches(spec: str, pytest_id: str) -> bool:
     host = rest.split("?", 1)[0]
     host_only = host.rsplit("@", 1)[-1]
     bare = host_only.rsplit(":", 1)[0] if host_only.count(":") == 1 else host_only
-    return pytest_id in {f"{scheme}://{host}", f"{scheme}://{host_only}", f"{scheme}://{bare}"} or \
-        (scheme == "ansible" and pytest_id.endswith("://" + host))
+    return pytest_id in {f"{scheme}://{host}", f"{scheme}://{host_only}", f"{scheme}://{bare}"} or (
+        scheme == "ansible" and pytest_id.endswith("://" + host)
+    )
 
 
 def _check_id(item) -> str:
@@ -147,10 +159,7 @@ def _skip_reason(report) -> str:
 
 def _failure_text(report) -> str:
     crash = getattr(report.longrepr, "reprcrash", None)
-    if crash is not None:
-        text = crash.message
-    else:
-        text = str(report.longrepr)
+    text = crash.message if crash is not None else str(report.longrepr)
     text = text.removeprefix("Failed: ")
     lines = [line for line in text.splitlines() if line.strip()]
     return " / ".join(lines[:4]) if lines else "failed"

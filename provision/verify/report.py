@@ -51,15 +51,31 @@ class VerifyReport(NamedTuple):
         hosts = []
         for host, results in self.by_host().items():
             counts = self.counts(results)
-            hosts.append({
-                "host": host,
-                "status": "fail" if counts["fail"] or not results else "pass",
-                "counts": counts,
-                "checks": [{"id": r.check, "title": r.title, "status": r.status, "detail": r.detail,
-                            "evidence": list(r.evidence), "seconds": r.seconds} for r in results],
-            })
-        return {"version": REPORT_VERSION, "status": "pass" if self.exit_code == 0 else "fail",
-                "counts": self.counts(), "hosts": hosts, "errors": list(self.errors)}
+            hosts.append(
+                {
+                    "host": host,
+                    "status": "fail" if counts["fail"] or not results else "pass",
+                    "counts": counts,
+                    "checks": [
+                        {
+                            "id": r.check,
+                            "title": r.title,
+                            "status": r.status,
+                            "detail": r.detail,
+                            "evidence": list(r.evidence),
+                            "seconds": r.seconds,
+                        }
+                        for r in results
+                    ],
+                }
+            )
+        return {
+            "version": REPORT_VERSION,
+            "status": "pass" if self.exit_code == 0 else "fail",
+            "counts": self.counts(),
+            "hosts": hosts,
+            "errors": list(self.errors),
+        }
 
     def table_rows(self) -> list[list[str]]:
         rows = []
@@ -81,12 +97,22 @@ class VerifyReport(NamedTuple):
         root.set("skipped", str(total["skip"]))
         for host, results in self.by_host().items():
             counts = self.counts(results)
-            suite = ET.SubElement(root, "testsuite", name=host, tests=str(len(results)), failures=str(counts["fail"]),
-                                  errors="0", skipped=str(counts["skip"]),
-                                  time=f"{sum(r.seconds for r in results):.3f}", timestamp=now, hostname=host)
+            suite = ET.SubElement(
+                root,
+                "testsuite",
+                name=host,
+                tests=str(len(results)),
+                failures=str(counts["fail"]),
+                errors="0",
+                skipped=str(counts["skip"]),
+                time=f"{sum(r.seconds for r in results):.3f}",
+                timestamp=now,
+                hostname=host,
+            )
             for r in results:
-                case = ET.SubElement(suite, "testcase", name=r.check, classname=f"provision.verify.{host}",
-                                     time=f"{r.seconds:.3f}")
+                case = ET.SubElement(
+                    suite, "testcase", name=r.check, classname=f"provision.verify.{host}", time=f"{r.seconds:.3f}"
+                )
                 if r.status == "fail":
                     ET.SubElement(case, "failure", message=r.detail[:500], type="CheckFailed").text = r.detail
                 elif r.status == "skip":
@@ -94,8 +120,18 @@ class VerifyReport(NamedTuple):
                 if r.evidence:
                     ET.SubElement(case, "system-out").text = "\n".join(r.evidence)
         for error in self.errors:
-            suite = ET.SubElement(root, "testsuite", name="provision", tests="1", failures="0", errors="1",
-                                  skipped="0", time="0", timestamp=now, hostname="localhost")
+            suite = ET.SubElement(
+                root,
+                "testsuite",
+                name="provision",
+                tests="1",
+                failures="0",
+                errors="1",
+                skipped="0",
+                time="0",
+                timestamp=now,
+                hostname="localhost",
+            )
             case = ET.SubElement(suite, "testcase", name="run", classname="provision.verify", time="0")
             ET.SubElement(case, "error", message=error[:500], type="RunError").text = error
         ET.indent(root)

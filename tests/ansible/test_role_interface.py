@@ -25,12 +25,16 @@ def test_defaults_are_prefixed_commented_and_declared(role):
         i = next(n for n, line in enumerate(lines) if line.startswith(f"{key}:"))
         above = next(line for line in reversed(lines[:i]) if line.strip() and not line.startswith(" "))
         assert above.startswith(("#", f"{role}_")), f"{role}: {key} has no comment"
-    specs = yaml.safe_load((ROLES / role / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
+    specs = yaml.safe_load((ROLES / role / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"][
+        "options"
+    ]
     missing = set(defaults) - set(specs)
     assert not missing, f"{role}: defaults not declared in argument_specs: {sorted(missing)}"
     for key, spec in specs.items():
         assert spec.get("description"), f"{role}: {key} has no description"
-        assert key.startswith((f"{role}_", "provision_")), f"{role}: argument {key} is neither the role's nor the plan's"
+        assert key.startswith((f"{role}_", "provision_")), (
+            f"{role}: argument {key} is neither the role's nor the plan's"
+        )
 
 
 @pytest.mark.parametrize("role", ROLE_NAMES)
@@ -50,8 +54,23 @@ def test_modules_are_fully_qualified_and_names_are_sentences(role):
         for task in _all_tasks(yaml.safe_load(tasks_file.read_text()) or []):
             assert task.get("name"), f"{tasks_file}: unnamed task"
             for key in task:
-                if key not in ("name", "when", "vars", "register", "notify", "loop", "loop_control", "changed_when",
-                               "failed_when", "check_mode", "environment", "listen", "block", "become", "tags"):
+                if key not in (
+                    "name",
+                    "when",
+                    "vars",
+                    "register",
+                    "notify",
+                    "loop",
+                    "loop_control",
+                    "changed_when",
+                    "failed_when",
+                    "check_mode",
+                    "environment",
+                    "listen",
+                    "block",
+                    "become",
+                    "tags",
+                ):
                     assert key.count(".") >= 2, f"{tasks_file}: {task['name']}: module {key} is not fully qualified"
 
 

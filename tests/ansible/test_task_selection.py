@@ -33,10 +33,14 @@ def test_driver_role_follows_the_os_family(real_matrix, os_id):
         assert any(n.startswith("linux-headers-6.8.0-1-generic") for n in names)
         line = walk.args("Add the repository (signed-by")["content"]
         repo = {"ubuntu22.04": "ubuntu2204", "debian12": "debian12"}[os_id]
-        assert f"/compute/cuda/repos/{repo}/x86_64/ /" in line and "signed-by=/etc/apt/keyrings/" in line
-        assert walk.render(walk.vars["nvidia_driver_repo_key_fingerprint"]) == "EB693B3035CD5710E231E123A4B469963BF863CC"
+        assert f"/compute/cuda/repos/{repo}/x86_64/ /" in line
+        assert "signed-by=/etc/apt/keyrings/" in line
+        assert (
+            walk.render(walk.vars["nvidia_driver_repo_key_fingerprint"]) == "EB693B3035CD5710E231E123A4B469963BF863CC"
+        )
         prefs = walk.args("Pin the driver packages")["content"]
-        assert f"Pin: version {version}-*" in prefs and "Pin-Priority: 1001" in prefs
+        assert f"Pin: version {version}-*" in prefs
+        assert "Pin-Priority: 1001" in prefs
     else:
         assert "setup-RedHat.yml" in {t["args"] for t in walk.selected if t["module"].endswith("include_tasks")}
         assert "ansible.builtin.apt" not in walk.modules()
@@ -44,7 +48,8 @@ def test_driver_role_follows_the_os_family(real_matrix, os_id):
         assert stream[:4] == ["dnf", "-y", "module", "switch-to"]
         assert stream[4] == f"nvidia-driver:{extravars['provision_driver_branch']}-open"
         names = walk.args("Install the driver, Fabric Manager and kernel headers")["name"]
-        assert f"nvidia-open-{version}" in names and f"nvidia-fabricmanager-{version}" in names
+        assert f"nvidia-open-{version}" in names
+        assert f"nvidia-fabricmanager-{version}" in names
         assert "kernel-devel-6.8.0-1-generic" in names
         crb = walk.args("Enable CRB")["argv"]
         if os_id == "rocky9":
@@ -52,7 +57,8 @@ def test_driver_role_follows_the_os_family(real_matrix, os_id):
         else:
             assert crb == ["subscription-manager", "repos", "--enable", "codeready-builder-for-rhel-9-x86_64-rpms"]
         repo = walk.args("Add the repository with signature checks")
-        assert repo["baseurl"].endswith("/compute/cuda/repos/rhel9/x86_64") and repo["gpgcheck"] is True
+        assert repo["baseurl"].endswith("/compute/cuda/repos/rhel9/x86_64")
+        assert repo["gpgcheck"] is True
         assert "Lock the driver and Fabric Manager packages at the planned version." in walk.names()
         assert "Lock the kernel packages so the kernel cannot move ahead of the driver build." in walk.names()
 
@@ -68,7 +74,10 @@ def test_volta_gets_the_proprietary_stream(real_matrix):
     extravars = plan_vars(real_matrix, "rocky9", gpu="v100")
     walk = Walk("nvidia_driver", "rocky9", extravars).run()
     assert walk.args("Enable the planned nvidia-driver module stream")["argv"][4] == "nvidia-driver:580-dkms"
-    assert "kmod-nvidia-latest-dkms-" + extravars["provision_driver_version"] in walk.args("Install the driver, Fabric Manager")["name"]
+    assert (
+        "kmod-nvidia-latest-dkms-" + extravars["provision_driver_version"]
+        in walk.args("Install the driver, Fabric Manager")["name"]
+    )
 
 
 def test_container_runtime_follows_the_os_family(real_matrix, os_id):
@@ -86,8 +95,12 @@ def test_container_runtime_follows_the_os_family(real_matrix, os_id):
 
 
 def test_containerd_option_selects_the_drop_in(real_matrix):
-    walk = Walk("container_runtime", "ubuntu22.04", plan_vars(real_matrix, "ubuntu22.04"),
-                {"container_runtime_engine": "containerd"}).run()
+    walk = Walk(
+        "container_runtime",
+        "ubuntu22.04",
+        plan_vars(real_matrix, "ubuntu22.04"),
+        {"container_runtime_engine": "containerd"},
+    ).run()
     assert "Add the nvidia runtime as a containerd drop-in." in walk.names()
     assert "Merge the NVIDIA runtime into the Docker daemon configuration." not in walk.names()
 
@@ -103,10 +116,19 @@ def test_supported_os_condition(real_matrix):
     """The first preflight assert accepts each supported OS and refuses another."""
     for os_id in ("ubuntu22.04", "debian12", "rocky9", "rhel9"):
         walk = Walk("preflight", os_id, plan_vars(real_matrix, os_id))
-        that = walk.vars and __import__("yaml").safe_load((walk.dir / "tasks" / "main.yml").read_text())[0]["ansible.builtin.assert"]["that"]
+        that = (
+            walk.vars
+            and __import__("yaml").safe_load((walk.dir / "tasks" / "main.yml").read_text())[0][
+                "ansible.builtin.assert"
+            ]["that"]
+        )
         assert walk.condition(that), os_id
     walk = Walk("preflight", "ubuntu22.04", plan_vars(real_matrix, "ubuntu22.04"))
-    walk.vars["ansible_facts"] = {**walk.vars["ansible_facts"], "distribution_version": "20.04", "distribution_major_version": "20"}
+    walk.vars["ansible_facts"] = {
+        **walk.vars["ansible_facts"],
+        "distribution_version": "20.04",
+        "distribution_major_version": "20",
+    }
     assert not walk.condition(that)
 
 
@@ -124,7 +146,8 @@ def test_mig_role_runs_only_with_a_planned_layout(real_matrix, os_id):
     argv = walk.args("Bring the GPUs to the planned layout")["argv"]
     assert argv == ["/usr/local/sbin/provision-mig", "apply", "--config", "/etc/provision/mig.json", "--allow-reset"]
     written = walk.args("Write the planned layout")["content"]
-    assert '"placement": 4' in written and '"profile": "3g.40gb"' in written
+    assert '"placement": 4' in written
+    assert '"profile": "3g.40gb"' in written
     quiet = Walk("mig", os_id, with_mig, {"ansible_check_mode": True}).run()
     assert quiet.args("Bring the GPUs to the planned layout")["argv"][-1] == "--check"
     assert "Enable the boot unit." not in quiet.names()

@@ -19,14 +19,34 @@ ROLES = ROOT / "playbooks" / "roles"
 init_plugin_loader([str(ROOT / "playbooks" / "collections")])
 
 FACTS = {
-    "ubuntu22.04": {"os_family": "Debian", "distribution": "Ubuntu", "distribution_version": "22.04",
-                    "distribution_major_version": "22", "distribution_release": "jammy"},
-    "debian12": {"os_family": "Debian", "distribution": "Debian", "distribution_version": "12.8",
-                 "distribution_major_version": "12", "distribution_release": "bookworm"},
-    "rocky9": {"os_family": "RedHat", "distribution": "Rocky", "distribution_version": "9.5",
-               "distribution_major_version": "9", "distribution_release": "Blue Onyx"},
-    "rhel9": {"os_family": "RedHat", "distribution": "RedHat", "distribution_version": "9.5",
-              "distribution_major_version": "9", "distribution_release": "Plow"},
+    "ubuntu22.04": {
+        "os_family": "Debian",
+        "distribution": "Ubuntu",
+        "distribution_version": "22.04",
+        "distribution_major_version": "22",
+        "distribution_release": "jammy",
+    },
+    "debian12": {
+        "os_family": "Debian",
+        "distribution": "Debian",
+        "distribution_version": "12.8",
+        "distribution_major_version": "12",
+        "distribution_release": "bookworm",
+    },
+    "rocky9": {
+        "os_family": "RedHat",
+        "distribution": "Rocky",
+        "distribution_version": "9.5",
+        "distribution_major_version": "9",
+        "distribution_release": "Blue Onyx",
+    },
+    "rhel9": {
+        "os_family": "RedHat",
+        "distribution": "RedHat",
+        "distribution_version": "9.5",
+        "distribution_major_version": "9",
+        "distribution_release": "Plow",
+    },
 }
 
 
@@ -47,8 +67,14 @@ class Walk:
         facts = {**FACTS[os_id], "kernel": "6.8.0-1-generic", "architecture": "x86_64", "mounts": []}
         self.vars: dict[str, Any] = {}
         self.vars.update(trust(yaml.safe_load((self.dir / "defaults" / "main.yml").read_text()) or {}))
-        self.vars.update({"ansible_facts": facts, "role_path": str(self.dir), "ansible_check_mode": False,
-                          **{f"ansible_{k}": v for k, v in facts.items()}})
+        self.vars.update(
+            {
+                "ansible_facts": facts,
+                "role_path": str(self.dir),
+                "ansible_check_mode": False,
+                **{f"ansible_{k}": v for k, v in facts.items()},
+            }
+        )
         self.vars.update(extravars)
         self.vars.update(overrides or {})
         self.selected: list[dict[str, Any]] = []
@@ -87,9 +113,27 @@ class Walk:
             if "block" in task:
                 self._tasks(task["block"], file, task_vars)
                 continue
-            module = next(k for k in task if k not in ("name", "when", "vars", "register", "notify", "loop",
-                                                       "loop_control", "changed_when", "failed_when", "check_mode",
-                                                       "environment", "listen", "become", "tags"))
+            module = next(
+                k
+                for k in task
+                if k
+                not in (
+                    "name",
+                    "when",
+                    "vars",
+                    "register",
+                    "notify",
+                    "loop",
+                    "loop_control",
+                    "changed_when",
+                    "failed_when",
+                    "check_mode",
+                    "environment",
+                    "listen",
+                    "become",
+                    "tags",
+                )
+            )
             args = task[module]
             if module == "ansible.builtin.include_vars":
                 path = self.render(args)
@@ -99,8 +143,16 @@ class Walk:
                 self.selected.append({"file": file, "name": task.get("name"), "module": module, "args": name})
                 self._tasks(yaml.safe_load((self.dir / "tasks" / name).read_text()) or [], name, task_vars)
                 continue
-            self.selected.append({"file": file, "name": task.get("name"), "module": module, "args": args,
-                                  "vars": task_vars, "loop": task.get("loop")})
+            self.selected.append(
+                {
+                    "file": file,
+                    "name": task.get("name"),
+                    "module": module,
+                    "args": args,
+                    "vars": task_vars,
+                    "loop": task.get("loop"),
+                }
+            )
 
     def args(self, name_part: str) -> Any:
         """The rendered arguments of the selected task whose name contains name_part."""

@@ -15,8 +15,21 @@ from provision.plan.check import check
 from provision.plan.model import PlanRequest
 from provision.plan.resolve import resolve
 
-VERSION_KEYS = {"version", "min_driver", "branch", "cuda", "cudnn", "cuda_runtime", "as_of", "eol", "eol_listed",
-                "date", "retrieved", "generated", "ptx"}
+VERSION_KEYS = {
+    "version",
+    "min_driver",
+    "branch",
+    "cuda",
+    "cudnn",
+    "cuda_runtime",
+    "as_of",
+    "eol",
+    "eol_listed",
+    "date",
+    "retrieved",
+    "generated",
+    "ptx",
+}
 
 
 def walk(node, path=""):
@@ -83,35 +96,49 @@ def test_matrix_check_is_clean_and_fast(real_matrix):
     result = check(real_matrix, raw)
     assert result.ok, (result.problems, result.unresolved_pairs)
     assert result.groups["os+gpu"]["resolved"] == len(real_matrix.os_releases) * len(real_matrix.gpus) + sum(
-        1 for _ in real_matrix.os_releases for g in real_matrix.gpu_groups
-        if len({real_matrix.gpu(m).nvswitch for m in g.members}) == 1)
+        1
+        for _ in real_matrix.os_releases
+        for g in real_matrix.gpu_groups
+        if len({real_matrix.gpu(m).nvswitch for m in g.members}) == 1
+    )
 
 
-@pytest.mark.parametrize(("os_id", "gpu", "pins", "expect"), [
-    ("rocky9", "a100-pcie", {}, {"cuda": "13.0.0", "fm": None}),
-    ("ubuntu22.04", "h100-sxm", {}, {"fm": "nvidia-fabricmanager"}),
-    ("rocky9", "b200", {}, {"module": "open"}),
-    ("ubuntu22.04", "v100", {}, {"branch": "580", "module": "proprietary", "cuda": "12.9.1"}),
-    ("rocky9", "a100-pcie", {"framework": "pytorch==2.5.1"}, {"cuda": "12.4.1", "cudnn": "9.1.0.70"}),
-    ("ubuntu22.04", "h100-sxm", {"framework": "tensorflow==2.15.0"}, {"cuda": "12.2.2", "cudnn": "8.9.4.25"}),
-    ("ubuntu22.04", "v100", {"framework": "pytorch==2.14.0"}, {"variant": "cu126"}),
-])
+@pytest.mark.parametrize(
+    ("os_id", "gpu", "pins", "expect"),
+    [
+        ("rocky9", "a100-pcie", {}, {"cuda": "13.0.0", "fm": None}),
+        ("ubuntu22.04", "h100-sxm", {}, {"fm": "nvidia-fabricmanager"}),
+        ("rocky9", "b200", {}, {"module": "open"}),
+        ("ubuntu22.04", "v100", {}, {"branch": "580", "module": "proprietary", "cuda": "12.9.1"}),
+        ("rocky9", "a100-pcie", {"framework": "pytorch==2.5.1"}, {"cuda": "12.4.1", "cudnn": "9.1.0.70"}),
+        ("ubuntu22.04", "h100-sxm", {"framework": "tensorflow==2.15.0"}, {"cuda": "12.2.2", "cudnn": "8.9.4.25"}),
+        ("ubuntu22.04", "v100", {"framework": "pytorch==2.14.0"}, {"variant": "cu126"}),
+    ],
+)
 def test_issue_examples(real_matrix, os_id, gpu, pins, expect):
     plan = resolve(real_matrix, PlanRequest(os=os_id, gpu=gpu, **pins))
-    got = {"cuda": plan.cuda.version, "fm": plan.fabric_manager and plan.fabric_manager.package,
-           "module": plan.driver.kernel_module, "branch": plan.driver.branch,
-           "cudnn": plan.cudnn and plan.cudnn.version, "variant": plan.framework and plan.framework.variant}
+    got = {
+        "cuda": plan.cuda.version,
+        "fm": plan.fabric_manager and plan.fabric_manager.package,
+        "module": plan.driver.kernel_module,
+        "branch": plan.driver.branch,
+        "cudnn": plan.cudnn and plan.cudnn.version,
+        "variant": plan.framework and plan.framework.variant,
+    }
     assert {k: got[k] for k in expect} == expect
     assert violations(real_matrix, plan) == []
 
 
-@pytest.mark.parametrize(("os_id", "gpu", "pins", "why"), [
-    ("rocky9", "a100-pcie", {"cuda": "11.8"}, "no nvidia/cuda runtime image for rockylinux9"),
-    ("ubuntu22.04", "b200", {"cuda": "12.4"}, "cannot build for sm_100"),
-    ("ubuntu22.04", "v100", {"cuda": "13.0"}, "cannot build for sm_70"),
-    ("ubuntu22.04", "v100", {"driver": "590"}, "R580 is the last branch"),
-    ("ubuntu22.04", "b200", {"driver": "570.124.06"}, "older than 570.133.20"),
-])
+@pytest.mark.parametrize(
+    ("os_id", "gpu", "pins", "why"),
+    [
+        ("rocky9", "a100-pcie", {"cuda": "11.8"}, "no nvidia/cuda runtime image for rockylinux9"),
+        ("ubuntu22.04", "b200", {"cuda": "12.4"}, "cannot build for sm_100"),
+        ("ubuntu22.04", "v100", {"cuda": "13.0"}, "cannot build for sm_70"),
+        ("ubuntu22.04", "v100", {"driver": "590"}, "R580 is the last branch"),
+        ("ubuntu22.04", "b200", {"driver": "570.124.06"}, "older than 570.133.20"),
+    ],
+)
 def test_issue_refusals(real_matrix, os_id, gpu, pins, why):
     with pytest.raises(NoCompatibleStack) as info:
         resolve(real_matrix, PlanRequest(os=os_id, gpu=gpu, **pins))
@@ -130,7 +157,8 @@ def test_framework_builds_cite_their_wheel():
                     name = Path(b["evidence"]).name
                     assert b["evidence"].startswith("https://files.pythonhosted.org/")
                     assert re.match(rf"{fw['package']}-{re.escape(rel['version'])}-", name), name
-                    assert b["cuda_runtime"] and b["cudnn"]
+                    assert b["cuda_runtime"]
+                    assert b["cudnn"]
                 else:
                     # documented builds: no wheel read, or (system CUDA) a wheel that declares no CUDA libraries
                     assert b["cuda_runtime"] is None

@@ -37,8 +37,12 @@ def ensure_tools() -> None:
         raise EngineUnavailable(f"missing {', '.join(missing)} and not root to install them")
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     subprocess.run(["apt-get", "update", "-q"], check=True, env=env, stdout=subprocess.DEVNULL)
-    subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing], check=True, env=env,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing],
+        check=True,
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 def _ping() -> bool:
@@ -46,7 +50,7 @@ def _ping() -> bool:
 
     try:
         docker.from_env(timeout=10).ping()
-    except Exception:  # noqa: BLE001 - any failure means "no engine answering"
+    except Exception:
         return False
     return True
 
@@ -60,9 +64,11 @@ def ensure_engine(timeout: float = 90.0):
         if os.geteuid() != 0:
             raise EngineUnavailable("no Docker engine answers and dockerd needs root to start")
         with LOG.open("ab") as log:
-            subprocess.Popen(  # noqa: S603 - fixed command
+            subprocess.Popen(
                 ["dockerd", "--host", "unix:///var/run/docker.sock"],
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         deadline = time.monotonic() + timeout
         while not _ping():

@@ -34,27 +34,65 @@ class Key:
     def generate(cls, home: Path, uid: str) -> Key:
         home.mkdir(parents=True, mode=0o700)
         env = {**os.environ, "GNUPGHOME": str(home)}
-        subprocess.run(["gpg", "--batch", "--passphrase", "", "--quick-gen-key", uid, "ed25519", "sign", "never"],
-                       env=env, check=True, capture_output=True)
-        colons = subprocess.run(["gpg", "--batch", "--with-colons", "--list-keys"], env=env, check=True,
-                                capture_output=True, text=True).stdout
+        subprocess.run(
+            ["gpg", "--batch", "--passphrase", "", "--quick-gen-key", uid, "ed25519", "sign", "never"],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
+        colons = subprocess.run(
+            ["gpg", "--batch", "--with-colons", "--list-keys"], env=env, check=True, capture_output=True, text=True
+        ).stdout
         fpr = next(line.split(":")[9] for line in colons.splitlines() if line.startswith("fpr:"))
-        armored = subprocess.run(["gpg", "--batch", "--armor", "--export", fpr], env=env, check=True,
-                                 capture_output=True, text=True).stdout
+        armored = subprocess.run(
+            ["gpg", "--batch", "--armor", "--export", fpr], env=env, check=True, capture_output=True, text=True
+        ).stdout
         return cls(home, fpr, armored)
 
     def sign_repo(self, directory: Path) -> None:
         env = {**os.environ, "GNUPGHOME": str(self.home)}
         for name in ("InRelease", "Release.gpg"):
             (directory / name).unlink(missing_ok=True)
-        subprocess.run(["gpg", "--batch", "--yes", "--local-user", self.fingerprint, "--clearsign", "-o",
-                        str(directory / "InRelease"), str(directory / "Release")], env=env, check=True, capture_output=True)
-        subprocess.run(["gpg", "--batch", "--yes", "--local-user", self.fingerprint, "-abs", "-o",
-                        str(directory / "Release.gpg"), str(directory / "Release")], env=env, check=True, capture_output=True)
+        subprocess.run(
+            [
+                "gpg",
+                "--batch",
+                "--yes",
+                "--local-user",
+                self.fingerprint,
+                "--clearsign",
+                "-o",
+                str(directory / "InRelease"),
+                str(directory / "Release"),
+            ],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
+        subprocess.run(
+            [
+                "gpg",
+                "--batch",
+                "--yes",
+                "--local-user",
+                self.fingerprint,
+                "-abs",
+                "-o",
+                str(directory / "Release.gpg"),
+                str(directory / "Release"),
+            ],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
 
     def close(self) -> None:
-        subprocess.run(["gpgconf", "--kill", "all"], env={**os.environ, "GNUPGHOME": str(self.home)},
-                       check=False, capture_output=True)
+        subprocess.run(
+            ["gpgconf", "--kill", "all"],
+            env={**os.environ, "GNUPGHOME": str(self.home)},
+            check=False,
+            capture_output=True,
+        )
 
 
 @dataclass
@@ -70,8 +108,14 @@ class Package:
         root = Path(tempfile.mkdtemp(prefix=f"fakegpu-{self.name}-"))
         try:
             (root / "DEBIAN").mkdir()
-            control = [f"Package: {self.name}", f"Version: {self.version}", "Architecture: all",
-                       "Maintainer: provision tests <tests@fakegpu.invalid>", "Section: misc", "Priority: optional"]
+            control = [
+                f"Package: {self.name}",
+                f"Version: {self.version}",
+                "Architecture: all",
+                "Maintainer: provision tests <tests@fakegpu.invalid>",
+                "Section: misc",
+                "Priority: optional",
+            ]
             if self.depends:
                 control.append("Depends: " + ", ".join(self.depends))
             control.append(f"Description: {self.description}")
@@ -89,8 +133,9 @@ class Package:
                     target.write_text(source)
                 target.chmod(mode)
             deb = out / f"{self.name}_{self.version.replace(':', '%3a')}_all.deb"
-            subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "-b", str(root), str(deb)], check=True,
-                           capture_output=True)
+            subprocess.run(
+                ["dpkg-deb", "--root-owner-group", "-Zgzip", "-b", str(root), str(deb)], check=True, capture_output=True
+            )
             return deb
         finally:
             shutil.rmtree(root, ignore_errors=True)
@@ -117,45 +162,72 @@ def driver_packages(names: list[str], version: str) -> list[Package]:
         "if [ -d /run/systemd/system ]; then systemctl daemon-reload || true; fi\n"
         "systemctl enable fakegpu-boot.service >/dev/null 2>&1 || true"
     )
-    packages = [Package(core, f"{version}-1", files={
-        "/usr/bin/nvidia-smi": (PAYLOAD / "nvidia-smi", 0o755),
-        "/usr/lib/fakegpu/fakegpu_mig.py": (PAYLOAD / "fakegpu_mig.py", 0o644),
-        "/lib/systemd/system/fakegpu-boot.service": (boot_unit, 0o644),
-        "/usr/bin/nvidia-persistenced": (PAYLOAD / "nvidia-persistenced", 0o755),
-        "/lib/systemd/system/nvidia-persistenced.service": (persistenced_unit, 0o644),
-        "/usr/lib/fakegpu/driver-version": (version + "\n", 0o644),
-    }, postinst=postinst, description=f"fakegpu stand-in for the NVIDIA driver {version}")]
+    packages = [
+        Package(
+            core,
+            f"{version}-1",
+            files={
+                "/usr/bin/nvidia-smi": (PAYLOAD / "nvidia-smi", 0o755),
+                "/usr/lib/fakegpu/fakegpu_mig.py": (PAYLOAD / "fakegpu_mig.py", 0o644),
+                "/lib/systemd/system/fakegpu-boot.service": (boot_unit, 0o644),
+                "/usr/bin/nvidia-persistenced": (PAYLOAD / "nvidia-persistenced", 0o755),
+                "/lib/systemd/system/nvidia-persistenced.service": (persistenced_unit, 0o644),
+                "/usr/lib/fakegpu/driver-version": (version + "\n", 0o644),
+            },
+            postinst=postinst,
+            description=f"fakegpu stand-in for the NVIDIA driver {version}",
+        )
+    ]
     packages += [Package(n, f"{version}-1", depends=[f"{core} (= {version}-1)"]) for n in others]
     return packages
 
 
 def fabric_manager_packages(names: list[str], version: str) -> list[Package]:
-    unit = ("[Unit]\nDescription=NVIDIA fabric manager service (fakegpu)\n\n[Service]\nType=simple\n"
-            "ExecStart=/usr/bin/nv-fabricmanager -c /usr/share/nvidia/nvswitch/fabricmanager.cfg\n\n"
-            "[Install]\nWantedBy=multi-user.target\n")
+    unit = (
+        "[Unit]\nDescription=NVIDIA fabric manager service (fakegpu)\n\n[Service]\nType=simple\n"
+        "ExecStart=/usr/bin/nv-fabricmanager -c /usr/share/nvidia/nvswitch/fabricmanager.cfg\n\n"
+        "[Install]\nWantedBy=multi-user.target\n"
+    )
     fm, *others = names
-    return [Package(fm, f"{version}-1", files={
-        "/usr/bin/nv-fabricmanager": (PAYLOAD / "nv-fabricmanager", 0o755),
-        "/lib/systemd/system/nvidia-fabricmanager.service": (unit, 0o644),
-        "/usr/share/nvidia/nvswitch/fabricmanager.cfg": ("# fakegpu\nLOG_LEVEL=4\n", 0o644),
-        "/usr/lib/fakegpu/fabricmanager-version": (version + "\n", 0o644),
-    }, postinst="if [ -d /run/systemd/system ]; then systemctl daemon-reload || true; fi")] + [
-        Package(n, f"{version}-1") for n in others]
+    return [
+        Package(
+            fm,
+            f"{version}-1",
+            files={
+                "/usr/bin/nv-fabricmanager": (PAYLOAD / "nv-fabricmanager", 0o755),
+                "/lib/systemd/system/nvidia-fabricmanager.service": (unit, 0o644),
+                "/usr/share/nvidia/nvswitch/fabricmanager.cfg": ("# fakegpu\nLOG_LEVEL=4\n", 0o644),
+                "/usr/lib/fakegpu/fabricmanager-version": (version + "\n", 0o644),
+            },
+            postinst="if [ -d /run/systemd/system ]; then systemctl daemon-reload || true; fi",
+        )
+    ] + [Package(n, f"{version}-1") for n in others]
 
 
 def toolkit_packages(version: str) -> list[Package]:
     v = f"{version}-1"
     return [
-        Package("nvidia-container-toolkit-base", v, files={
-            "/usr/bin/nvidia-ctk": (PAYLOAD / "nvidia-ctk", 0o755),
-            "/usr/bin/nvidia-container-runtime": (PAYLOAD / "nvidia-container-runtime", 0o755),
-            "/usr/lib/fakegpu/toolkit-version": (version + "\n", 0o644),
-        }),
+        Package(
+            "nvidia-container-toolkit-base",
+            v,
+            files={
+                "/usr/bin/nvidia-ctk": (PAYLOAD / "nvidia-ctk", 0o755),
+                "/usr/bin/nvidia-container-runtime": (PAYLOAD / "nvidia-container-runtime", 0o755),
+                "/usr/lib/fakegpu/toolkit-version": (version + "\n", 0o644),
+            },
+        ),
         Package("libnvidia-container1", v),
-        Package("libnvidia-container-tools", v, depends=[f"libnvidia-container1 (= {v})"], files={
-            "/usr/bin/nvidia-container-cli": (f"#!/bin/sh\necho 'cli-version: {version} (fakegpu)'\n", 0o755)}),
-        Package("nvidia-container-toolkit", v, depends=[f"nvidia-container-toolkit-base (= {v})",
-                                                       f"libnvidia-container-tools (= {v})"]),
+        Package(
+            "libnvidia-container-tools",
+            v,
+            depends=[f"libnvidia-container1 (= {v})"],
+            files={"/usr/bin/nvidia-container-cli": (f"#!/bin/sh\necho 'cli-version: {version} (fakegpu)'\n", 0o755)},
+        ),
+        Package(
+            "nvidia-container-toolkit",
+            v,
+            depends=[f"nvidia-container-toolkit-base (= {v})", f"libnvidia-container-tools (= {v})"],
+        ),
     ]
 
 
@@ -169,7 +241,9 @@ class Kit:
 
     def key(self, name: str) -> Key:
         if name not in self.keys:
-            self.keys[name] = Key.generate(self.root.parent / f"gnupg-{name}", f"provision test {name} <{name}@fakegpu.invalid>")
+            self.keys[name] = Key.generate(
+                self.root.parent / f"gnupg-{name}", f"provision test {name} <{name}@fakegpu.invalid>"
+            )
         return self.keys[name]
 
     def add(self, repo: str, packages: list[Package], key: str) -> Path:
@@ -185,9 +259,20 @@ class Kit:
             subprocess.run(["apt-ftparchive", "packages", "."], cwd=directory, stdout=handle, check=True)
         subprocess.run(["gzip", "-kf", "Packages"], cwd=directory, check=True)
         with (directory / "Release").open("w") as handle:
-            subprocess.run(["apt-ftparchive", "-o", "APT::FTPArchive::Release::Origin=fakegpu",
-                            "-o", f"APT::FTPArchive::Release::Label={key}", "release", "."],
-                           cwd=directory, stdout=handle, check=True)
+            subprocess.run(
+                [
+                    "apt-ftparchive",
+                    "-o",
+                    "APT::FTPArchive::Release::Origin=fakegpu",
+                    "-o",
+                    f"APT::FTPArchive::Release::Label={key}",
+                    "release",
+                    ".",
+                ],
+                cwd=directory,
+                stdout=handle,
+                check=True,
+            )
         self.key(key).sign_repo(directory)
         if key_file:
             target = self.root / key_file
@@ -206,7 +291,7 @@ class Kit:
 
 
 class _Handler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, fmt, *args):  # noqa: A002 - quiet; requests are recorded instead
+    def log_message(self, fmt, *args):
         self.server.requests.append((self.command, self.path, args[1] if len(args) > 1 else ""))
 
 
@@ -241,10 +326,10 @@ class RecordingServer(_LoopbackServer):
 
 
 class _ProxyHandler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         self._forward()
 
-    def do_HEAD(self):  # noqa: N802
+    def do_HEAD(self):
         self._forward()
 
     def _forward(self):
@@ -255,7 +340,9 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
             return
         conn = http.client.HTTPConnection(url.hostname, url.port or 80, timeout=60)
         path = url.path + (f"?{url.query}" if url.query else "")
-        conn.request(self.command, path, headers={k: v for k, v in self.headers.items() if k.lower() != "proxy-connection"})
+        conn.request(
+            self.command, path, headers={k: v for k, v in self.headers.items() if k.lower() != "proxy-connection"}
+        )
         resp = conn.getresponse()
         body = resp.read()
         self.send_response(resp.status)
@@ -267,7 +354,7 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
-    def log_message(self, fmt, *args):  # noqa: A002
+    def log_message(self, fmt, *args):
         return
 
 

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import secrets
@@ -18,12 +19,30 @@ import yaml
 
 from harness import fakegpu, rootfs
 
-HOST_PACKAGES = ("systemd", "systemd-sysv", "dbus", "openssh-server", "python3", "python3-apt", "sudo", "ca-certificates", "gnupg",
-                 "docker.io", "kmod", "procps", "iproute2")
+HOST_PACKAGES = (
+    "systemd",
+    "systemd-sysv",
+    "dbus",
+    "openssh-server",
+    "python3",
+    "python3-apt",
+    "sudo",
+    "ca-certificates",
+    "gnupg",
+    "docker.io",
+    "kmod",
+    "procps",
+    "iproute2",
+)
 # Docker inside a container: no overlay mounts, no iptables, no bridge. These keys are already in
 # daemon.json when provision runs, and must survive its merge.
-PRESET_DAEMON_JSON = {"storage-driver": "vfs", "iptables": False, "ip6tables": False, "bridge": "none",
-                      "log-level": "warn"}
+PRESET_DAEMON_JSON = {
+    "storage-driver": "vfs",
+    "iptables": False,
+    "ip6tables": False,
+    "bridge": "none",
+    "log-level": "warn",
+}
 
 
 @dataclass
@@ -57,8 +76,13 @@ class Fleet:
             if host.unreachable:
                 continue
             host.container = self.client.containers.create(
-                image, command="/sbin/init", name=f"{self.prefix}-{host.name}", detach=True, network_mode="host",
-                tmpfs={"/run": "", "/run/lock": ""}, cap_add=["SYS_ADMIN"],
+                image,
+                command="/sbin/init",
+                name=f"{self.prefix}-{host.name}",
+                detach=True,
+                network_mode="host",
+                tmpfs={"/run": "", "/run/lock": ""},
+                cap_add=["SYS_ADMIN"],
                 volumes={"/sys/fs/cgroup": {"bind": "/sys/fs/cgroup", "mode": "ro"}},
                 labels={"provision-test": self.prefix},
             )
@@ -67,7 +91,9 @@ class Fleet:
         for host in self.hosts:
             if not host.unreachable:
                 # the site's own mirror only, and no package cache left from the image build
-                self.exec(host, "rm -f /etc/apt/sources.list /etc/apt/sources.list.d/debian.sources /var/cache/apt/*.bin")
+                self.exec(
+                    host, "rm -f /etc/apt/sources.list /etc/apt/sources.list.d/debian.sources /var/cache/apt/*.bin"
+                )
         for host in self.hosts:
             if not host.unreachable:
                 self._wait_ssh(host)
@@ -75,10 +101,8 @@ class Fleet:
     def stop(self) -> None:
         for host in self.hosts:
             if host.container is not None:
-                try:
+                with contextlib.suppress(Exception):
                     host.container.remove(force=True)
-                except Exception:  # noqa: BLE001,S110 - best effort; the label sweep below catches leftovers
-                    pass
         for c in self.client.containers.list(all=True, filters={"label": f"provision-test={self.prefix}"}):
             c.remove(force=True)
 
@@ -103,25 +127,49 @@ class Fleet:
 
     def ssh(self, host: Host | str, command: str) -> subprocess.CompletedProcess:
         host = self.host(host) if isinstance(host, str) else host
-        return subprocess.run(["ssh", *self.ssh_options(), "-p", str(host.port), "root@127.0.0.1", command],
-                              capture_output=True, text=True, timeout=60, check=False)
+        return subprocess.run(
+            ["ssh", *self.ssh_options(), "-p", str(host.port), "root@127.0.0.1", command],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
 
     def ssh_options(self) -> list[str]:
-        return ["-i", str(self.key), "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-                "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=5", "-o", "BatchMode=yes"]
+        return [
+            "-i",
+            str(self.key),
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+            "-o",
+            "LogLevel=ERROR",
+            "-o",
+            "ConnectTimeout=5",
+            "-o",
+            "BatchMode=yes",
+        ]
 
     def inventory(self, path: Path, group_vars: dict, *, hosts: list[Host] | None = None) -> Path:
         groups: dict[str, dict] = {}
         for host in hosts or self.hosts:
             groups.setdefault(host.group, {"hosts": {}})["hosts"][host.name] = {
-                "ansible_host": "127.0.0.1", "ansible_port": host.port}
-        doc = {"all": {"vars": {
-            "ansible_user": "root",
-            "ansible_ssh_private_key_file": str(self.key),
-            "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR",
-            "ansible_python_interpreter": "/usr/bin/python3",
-            **group_vars,
-        }, "children": groups}}
+                "ansible_host": "127.0.0.1",
+                "ansible_port": host.port,
+            }
+        doc = {
+            "all": {
+                "vars": {
+                    "ansible_user": "root",
+                    "ansible_ssh_private_key_file": str(self.key),
+                    "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR",
+                    "ansible_python_interpreter": "/usr/bin/python3",
+                    **group_vars,
+                },
+                "children": groups,
+            }
+        }
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         return path
 
@@ -131,13 +179,16 @@ class Fleet:
         files: dict[str, tuple[str, int]] = {
             "etc/ssh/sshd_config.d/provision-test.conf": (
                 f"ListenAddress 127.0.0.1:{host.port}\nPermitRootLogin prohibit-password\nPasswordAuthentication no\n"
-                "UseDNS no\n", 0o644),
+                "UseDNS no\n",
+                0o644,
+            ),
             "root/.ssh/authorized_keys": (Path(f"{self.key}.pub").read_text(), 0o600),
             "etc/apt/keyrings/provision-test-debian.asc": (debian_key, 0o644),
             "etc/apt/sources.list.d/provision-test-debian.list": (
                 "# the site's Debian mirror (fakegpu kit, loopback)\n"
                 f"deb [signed-by=/etc/apt/keyrings/provision-test-debian.asc] {self.kit.server.url}/{fakegpu.DEBIAN_REPO}/ /\n",
-                0o644),
+                0o644,
+            ),
             "etc/docker/daemon.json": (json.dumps(PRESET_DAEMON_JSON, indent=2) + "\n", 0o644),
             "etc/fakegpu/gpu.json": (json.dumps(host.gpu, indent=2) + "\n", 0o644),
         }
@@ -196,8 +247,13 @@ def run_apply(*args: str, run_dir: Path) -> tuple[int, str, dict]:
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "provision", "apply", *args, "--run-dir", str(run_dir)],
-                          capture_output=True, text=True, timeout=1800, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "provision", "apply", *args, "--run-dir", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
     summary_path = run_dir / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     return proc.returncode, proc.stdout + proc.stderr, summary

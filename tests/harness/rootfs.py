@@ -35,8 +35,16 @@ HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 IMAGE_CA = "/usr/local/share/provision-test/ca-bundle.crt"
 
 
-def image(client, name: str, *, suite: str = "bookworm", variant: str = "minbase", include: tuple[str, ...] = (),
-          cmd: str = '["/bin/bash"]', trust_host_ca: bool = False) -> str:
+def image(
+    client,
+    name: str,
+    *,
+    suite: str = "bookworm",
+    variant: str = "minbase",
+    include: tuple[str, ...] = (),
+    cmd: str = '["/bin/bash"]',
+    trust_host_ca: bool = False,
+) -> str:
     """The tag of a local image built from Debian `suite` with `include`d packages.
 
     trust_host_ca: copy this machine's CA bundle into the image and point pip and Python at it,
@@ -49,7 +57,7 @@ def image(client, name: str, *, suite: str = "bookworm", variant: str = "minbase
     try:
         client.images.get(tag)
         return tag
-    except Exception:  # noqa: BLE001 - docker.errors.ImageNotFound, or an engine hiccup: rebuild
+    except Exception:
         pass
     CACHE.mkdir(parents=True, exist_ok=True)
     tarball = CACHE / f"{name}-{key}.tar"

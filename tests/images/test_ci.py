@@ -6,9 +6,11 @@ import yaml
 def test_workflow_covers_exactly_the_plans(cli, tmp_path):
     plans = tmp_path / "plans"
     plans.mkdir()
-    for name, args in (("a", ["--os", "rocky9", "--gpu", "a100-pcie", "--framework", "pytorch==2.5.1"]),
-                       ("b", ["--os", "ubuntu22.04", "--gpu", "h100-sxm", "--framework", "tensorflow==2.15.0"]),
-                       ("c", ["--os", "ubuntu22.04", "--gpu", "l4"])):
+    for name, args in (
+        ("a", ["--os", "rocky9", "--gpu", "a100-pcie", "--framework", "pytorch==2.5.1"]),
+        ("b", ["--os", "ubuntu22.04", "--gpu", "h100-sxm", "--framework", "tensorflow==2.15.0"]),
+        ("c", ["--os", "ubuntu22.04", "--gpu", "l4"]),
+    ):
         assert cli("plan", *args, "--lock", str(plans / f"{name}.lock.json"), "--format", "json").code == 0
     out = tmp_path / ".github" / "workflows" / "images.yml"
     r = cli("ci", "github", "--plans", str(plans), "--out", str(out))
@@ -22,7 +24,7 @@ def test_workflow_covers_exactly_the_plans(cli, tmp_path):
     assert {i["variant"] for i in include} == {"pytorch", "tensorflow", "base"}
     steps = {s["name"]: s for s in job["steps"]}
     assert steps["Install provision (pinned)"]["run"].endswith("'provision==0.1.0'")
-    assert "provision build --plan \"${{ matrix.plan }}\"" in steps["Build the image"]["run"]
+    assert 'provision build --plan "${{ matrix.plan }}"' in steps["Build the image"]["run"]
     # one plan only
     r = cli("ci", "github", "--plan", str(plans / "a.lock.json"), "--out", str(tmp_path / "one.yml"), "--no-push")
     one = yaml.safe_load((tmp_path / "one.yml").read_text())
@@ -34,6 +36,7 @@ def test_ci_refuses_non_plans(cli, tmp_path):
     bad = tmp_path / "x.lock.json"
     bad.write_text("{}")
     r = cli("ci", "github", "--plan", str(bad), "--out", str(tmp_path / "w.yml"))
-    assert r.code == 2 and "is not a provision plan" in r.err
+    assert r.code == 2
+    assert "is not a provision plan" in r.err
     r = cli("ci", "github", "--plans", str(tmp_path / "empty"), "--out", str(tmp_path / "w.yml"))
     assert r.code == 2

@@ -25,12 +25,18 @@ def test_pytorch_on_rocky(real_matrix):
     r = render_image(plan, "pytorch")
     assert r.from_ref == plan.images["base"] == "nvidia/cuda:12.4.1-base-rockylinux9"
     df = r.dockerfile
-    assert df.count("FROM ") == 1 and f"FROM {r.from_ref}\n" in df
-    assert "dnf install -y" in df and "dnf clean all" in df and "apt-get" not in df
-    assert "--no-cache-dir" in df and 'ENV NVIDIA_REQUIRE_CUDA="cuda>=12.4"' in df
-    assert f'io.provision.plan-digest="{plan.digest()}"' in df and 'io.provision.framework="torch==2.5.1"' in df
+    assert df.count("FROM ") == 1
+    assert f"FROM {r.from_ref}\n" in df
+    assert "dnf install -y" in df
+    assert "dnf clean all" in df
+    assert "apt-get" not in df
+    assert "--no-cache-dir" in df
+    assert 'ENV NVIDIA_REQUIRE_CUDA="cuda>=12.4"' in df
+    assert f'io.provision.plan-digest="{plan.digest()}"' in df
+    assert 'io.provision.framework="torch==2.5.1"' in df
     assert f'io.provision.driver-floor="{plan.driver_floor}"' in df
-    assert "USER 10001:10001" in df and "created" not in df
+    assert "USER 10001:10001" in df
+    assert "created" not in df
     assert r.files["requirements.txt"] == "torch==2.5.1\n"
     assert r.tags == ("pytorch2.5.1-cuda12.4.1-rockylinux9", f"plan-{plan.short_digest}-pytorch")
 
@@ -39,7 +45,8 @@ def test_tensorflow_on_ubuntu(real_matrix):
     plan = plan_for(real_matrix, "ubuntu22.04", "h100-sxm", framework="tensorflow==2.15.0")
     r = render_image(plan, "tensorflow")
     assert r.from_ref == "nvidia/cuda:12.2.2-base-ubuntu22.04"
-    assert "rm -rf /var/lib/apt/lists/*" in r.dockerfile and "dnf" not in r.dockerfile
+    assert "rm -rf /var/lib/apt/lists/*" in r.dockerfile
+    assert "dnf" not in r.dockerfile
     assert r.files["requirements.txt"] == "tensorflow[and-cuda]==2.15.0\n"
 
 
@@ -68,7 +75,8 @@ def test_minor_version_plan_admits_its_driver_branch(real_matrix):
 def test_base_image_override_and_devel(real_matrix):
     plan = plan_for(real_matrix, "rocky9", "b200")
     r = render_image(plan, "devel", base_image="registry.local/nvidia/cuda@sha256:" + "a" * 64)
-    assert r.from_ref.startswith("registry.local/") and "FROM registry.local/nvidia/cuda@sha256:" in r.dockerfile
+    assert r.from_ref.startswith("registry.local/")
+    assert "FROM registry.local/nvidia/cuda@sha256:" in r.dockerfile
     assert render_image(plan, "devel").from_ref == plan.images["cudnn-devel"]
 
 
@@ -83,31 +91,40 @@ def test_renders_are_reproducible(real_matrix, tmp_path):
 def test_user_templates_extend_ours(real_matrix, tmp_path):
     (tmp_path / "variants.yaml").write_text(
         "variants:\n  tools:\n    template: tools/Dockerfile.j2\n    flavour: runtime\n    framework: null\n"
-        "    description: with jq\n")
+        "    description: with jq\n"
+    )
     (tmp_path / "tools").mkdir()
     (tmp_path / "tools" / "Dockerfile.j2").write_text(
-        '{% extends "provision/base/Dockerfile.j2" %}\n{% block software %}\n{{ macros.install_packages(["jq"]) }}\n{% endblock %}\n')
+        '{% extends "provision/base/Dockerfile.j2" %}\n{% block software %}\n{{ macros.install_packages(["jq"]) }}\n{% endblock %}\n'
+    )
     plan = plan_for(real_matrix, "ubuntu22.04", "l4")
     r = render_image(plan, "tools", templates=str(tmp_path))
-    assert "apt-get install -y --no-install-recommends jq" in r.dockerfile and r.from_ref == plan.images["runtime"]
-    assert "tools" in variants(str(tmp_path)) and "base" in variants(str(tmp_path))
+    assert "apt-get install -y --no-install-recommends jq" in r.dockerfile
+    assert r.from_ref == plan.images["runtime"]
+    assert "tools" in variants(str(tmp_path))
+    assert "base" in variants(str(tmp_path))
 
 
-@pytest.mark.parametrize(("variant", "pins", "text"), [
-    ("gpu-burn", {}, "unknown variant 'gpu-burn'"),
-    ("pytorch", {}, "needs a plan with --framework pytorch"),
-    ("tensorflow", {"framework": "pytorch==2.5.1"}, "got a pytorch plan"),
-])
+@pytest.mark.parametrize(
+    ("variant", "pins", "text"),
+    [
+        ("gpu-burn", {}, "unknown variant 'gpu-burn'"),
+        ("pytorch", {}, "needs a plan with --framework pytorch"),
+        ("tensorflow", {"framework": "pytorch==2.5.1"}, "got a pytorch plan"),
+    ],
+)
 def test_bad_variants(real_matrix, variant, pins, text):
     plan = plan_for(real_matrix, "rocky9", "a100-pcie", **pins)
     with pytest.raises(InputError, match=text) as info:
         render_image(plan, variant)
-    assert info.value.exit_code == 2 and info.value.hint
+    assert info.value.exit_code == 2
+    assert info.value.hint
 
 
 def test_strict_undefined_in_user_templates(real_matrix, tmp_path):
     (tmp_path / "variants.yaml").write_text(
-        "variants:\n  bad:\n    template: bad.j2\n    flavour: base\n    framework: null\n    description: x\n")
+        "variants:\n  bad:\n    template: bad.j2\n    flavour: base\n    framework: null\n    description: x\n"
+    )
     (tmp_path / "bad.j2").write_text("FROM {{ image.no_such_thing }}\n")
     with pytest.raises(InputError, match="failed to render"):
         render_image(plan_for(real_matrix, "rocky9", "t4"), "bad", templates=str(tmp_path))
@@ -116,7 +133,8 @@ def test_strict_undefined_in_user_templates(real_matrix, tmp_path):
 def test_render_cli_and_its_errors(cli, tmp_path):
     out = tmp_path / "ctx"
     r = cli("render", "--os", "rocky9", "--gpu", "a100-pcie", "--framework", "pytorch==2.5.1", "--out", str(out))
-    assert r.code == 0 and r.out.strip() == str(out)
+    assert r.code == 0
+    assert r.out.strip() == str(out)
     assert sorted(p.name for p in out.iterdir()) == ["Dockerfile", "plan.lock.json", "requirements.txt"]
     lock = out / "plan.lock.json"
     r = cli("render", "--plan", str(lock), "--variant", "base", "--out", str(tmp_path / "again"))
@@ -138,9 +156,13 @@ def test_render_cli_and_its_errors(cli, tmp_path):
     for args, text in cases:
         r = cli("render", *args)
         assert r.code == 2, (args, r)
-        assert text in r.err and "hint:" in r.err and "Traceback" not in r.err, (args, r.err)
+        assert text in r.err, (args, r.err)
+        assert "hint:" in r.err, (args, r.err)
+        assert "Traceback" not in r.err, (args, r.err)
     leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith(".provision-render")]
-    assert leftovers == [] and not (tmp_path / "n1").exists() and not (tmp_path / "n2").exists()
+    assert leftovers == []
+    assert not (tmp_path / "n1").exists()
+    assert not (tmp_path / "n2").exists()
 
 
 REPRESENTATIVE_GPUS = ("a100-pcie", "h100-sxm", "l4", "v100", "b200")
@@ -156,7 +178,9 @@ def sweep(matrix):
             for fw in matrix.frameworks:
                 for rel in fw.releases:
                     try:
-                        plan = resolve(matrix, PlanRequest(os_rel.id, gpu, framework=f"{fw.id}=={rel.version}"), suggest=False)
+                        plan = resolve(
+                            matrix, PlanRequest(os_rel.id, gpu, framework=f"{fw.id}=={rel.version}"), suggest=False
+                        )
                     except InputError:
                         continue  # refused combinations are not supported ones
                     yield f"{os_rel.id}-{gpu}-{fw.id}-{rel.version}", plan, fw.id
@@ -175,9 +199,14 @@ def test_sweep_renders_and_lints_every_supported_combination(real_matrix, tmp_pa
         files.append(path)
     assert len(files) > 500, len(files)
     for i in range(0, len(files), 200):
-        proc = subprocess.run([str(HADOLINT), "--config", str(CONFIG), *map(str, files[i:i + 200])],
-                              capture_output=True, text=True, check=False)
-        assert proc.returncode == 0 and proc.stdout == "", proc.stdout[:3000]
+        proc = subprocess.run(
+            [str(HADOLINT), "--config", str(CONFIG), *map(str, files[i : i + 200])],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stdout[:3000]
+        assert proc.stdout == "", proc.stdout[:3000]
     print(f"rendered and linted {len(files)} Dockerfiles")
 
 

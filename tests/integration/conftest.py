@@ -20,10 +20,26 @@ from provision.plan.resolve import resolve
 FLEET = {"a100": ("debian12", "a100-pcie"), "h100": ("debian12", "h100-sxm")}
 # What each fake host reports, in nvidia-smi's words, for the GPU it stands in for.
 GPUS = {
-    "a100": {"model": "NVIDIA A100 80GB PCIe", "count": 2, "device_id": "20B5", "memory_mib": 81920,
-             "power_limit_w": 300, "compute_capability": "8.0", "mig_capable": True, "mig_set": "a100-80gb"},
-    "h100": {"model": "NVIDIA H100 80GB HBM3", "count": 2, "device_id": "2330", "memory_mib": 81559,
-             "power_limit_w": 700, "compute_capability": "9.0", "mig_capable": True, "mig_set": "h100-sxm5-80gb"},
+    "a100": {
+        "model": "NVIDIA A100 80GB PCIe",
+        "count": 2,
+        "device_id": "20B5",
+        "memory_mib": 81920,
+        "power_limit_w": 300,
+        "compute_capability": "8.0",
+        "mig_capable": True,
+        "mig_set": "a100-80gb",
+    },
+    "h100": {
+        "model": "NVIDIA H100 80GB HBM3",
+        "count": 2,
+        "device_id": "2330",
+        "memory_mib": 81559,
+        "power_limit_w": 700,
+        "compute_capability": "9.0",
+        "mig_capable": True,
+        "mig_set": "h100-sxm5-80gb",
+    },
 }
 OLDER_TOOLKIT = "1.19.1"
 # nvidia-smi's default compute-instance profile id for a GPU instance of N compute slices (NVML)
@@ -33,15 +49,31 @@ DEFAULT_CI_PROFILE = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4}
 def mig_profiles(matrix, set_id: str) -> dict:
     """The fake GPU's `nvidia-smi mig -lgipp` table: the catalogue's profiles for that GPU."""
     profile_set = next(s for s in matrix.mig if s.id == set_id)
-    return {str(p.id): {"name": p.name, "size": p.memory_slices, "placements": list(p.placements),
-                        "compute": p.compute_slices, "max": p.max_instances, "memory_gib": p.memory_gib,
-                        "ci_profile": DEFAULT_CI_PROFILE[p.compute_slices]}
-            for p in profile_set.profiles if p.id is not None}
+    return {
+        str(p.id): {
+            "name": p.name,
+            "size": p.memory_slices,
+            "placements": list(p.placements),
+            "compute": p.compute_slices,
+            "max": p.max_instances,
+            "memory_gib": p.memory_gib,
+            "ci_profile": DEFAULT_CI_PROFILE[p.compute_slices],
+        }
+        for p in profile_set.profiles
+        if p.id is not None
+    }
 
 
 class FleetEnv:
     def __init__(self, client, kit, proxy, fleet, plans, workdir: Path):
-        self.client, self.kit, self.proxy, self.fleet, self.plans, self.workdir = client, kit, proxy, fleet, plans, workdir
+        self.client, self.kit, self.proxy, self.fleet, self.plans, self.workdir = (
+            client,
+            kit,
+            proxy,
+            fleet,
+            plans,
+            workdir,
+        )
 
     def group_vars(self, **overrides) -> dict:
         url = self.kit.server.url
@@ -103,24 +135,44 @@ def fleet_env(tmp_path_factory):
         kit.add(repo, cuda_packages, "cuda")
         kit.publish(repo, "cuda", key_file=f"{repo}/3bf863cc.pub")
         toolkit = plans["a100"].container_toolkit.version
-        kit.add(fakegpu.TOOLKIT_REPO, fakegpu.toolkit_packages(toolkit) + fakegpu.toolkit_packages(OLDER_TOOLKIT), "toolkit")
+        kit.add(
+            fakegpu.TOOLKIT_REPO, fakegpu.toolkit_packages(toolkit) + fakegpu.toolkit_packages(OLDER_TOOLKIT), "toolkit"
+        )
         kit.publish(fakegpu.TOOLKIT_REPO, "toolkit", key_file="libnvidia-container/gpgkey")
-        kit.add(fakegpu.DEBIAN_REPO, [fakegpu.Package(f"linux-headers-{platform.release()}", "1.0-1",
-                                                     description="fakegpu stand-in for the running kernel's headers")],
-                "debian")
+        kit.add(
+            fakegpu.DEBIAN_REPO,
+            [
+                fakegpu.Package(
+                    f"linux-headers-{platform.release()}",
+                    "1.0-1",
+                    description="fakegpu stand-in for the running kernel's headers",
+                )
+            ],
+            "debian",
+        )
         kit.publish(fakegpu.DEBIAN_REPO, "debian")
         kit.serve()
-        cuda_version = max(c.version for c in matrix.cuda
-                           if c.min_driver <= matrix.branch(int(plans["a100"].driver.branch)).releases[0].version)
+        cuda_version = max(
+            c.version
+            for c in matrix.cuda
+            if c.min_driver <= matrix.branch(int(plans["a100"].driver.branch)).releases[0].version
+        )
         hosts = []
         # gpu-a/b/c: the converging fleet; gpu-d: a host whose driver package fails to install;
         # gpu-e: a fresh host for the partial-failure run; gpu-x: in the inventory, never reachable.
-        for name, group, extra in (("gpu-a", "a100", {}), ("gpu-b", "h100", {}), ("gpu-c", "a100", {}),
-                                   ("gpu-d", "a100", {"fail_install": True}), ("gpu-e", "h100", {}),
-                                   ("gpu-x", "a100", {"unreachable": True})):
+        for name, group, extra in (
+            ("gpu-a", "a100", {}),
+            ("gpu-b", "h100", {}),
+            ("gpu-c", "a100", {}),
+            ("gpu-d", "a100", {"fail_install": True}),
+            ("gpu-e", "h100", {}),
+            ("gpu-x", "a100", {"unreachable": True}),
+        ):
             gpu = {k: v for k, v in GPUS[group].items() if k != "mig_set"}
-            gpu.update(cuda_version=".".join(str(cuda_version).split(".")[:2]),
-                       mig_profiles=mig_profiles(matrix, GPUS[group]["mig_set"]))
+            gpu.update(
+                cuda_version=".".join(str(cuda_version).split(".")[:2]),
+                mig_profiles=mig_profiles(matrix, GPUS[group]["mig_set"]),
+            )
             hosts.append(Host(name, group, gpu, **extra))
         fleet = Fleet(client, kit, workdir, hosts)
         fleet.start()
@@ -139,7 +191,12 @@ def converged_fleet(fleet_env, tmp_path_factory):
     """gpu-a/b/c at the fleet file's plans, for a module's tests (quick when they already are)."""
     from harness.fleet import run_apply
 
-    rc, out, _ = run_apply("-i", str(fleet_env.inventory()), "--fleet", str(fleet_env.fleet_file()),
-                           run_dir=tmp_path_factory.mktemp("converge"))
+    rc, out, _ = run_apply(
+        "-i",
+        str(fleet_env.inventory()),
+        "--fleet",
+        str(fleet_env.fleet_file()),
+        run_dir=tmp_path_factory.mktemp("converge"),
+    )
     assert rc == 0, out
     return fleet_env

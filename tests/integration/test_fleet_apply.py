@@ -1,5 +1,6 @@
 """provision apply over the local test fleet: converge, re-run, partial failure, serial, check."""
 
+import itertools
 import json
 
 import pytest
@@ -19,10 +20,12 @@ def events(run_dir):
 
 def test_apply_converges_a_mixed_fleet(fleet_env, tmp_path):
     inventory = fleet_env.inventory()
-    rc, out, summary = run_apply("-i", str(inventory), "--fleet", str(fleet_env.fleet_file()),
-                                 run_dir=tmp_path / "run1")
+    rc, out, summary = run_apply(
+        "-i", str(inventory), "--fleet", str(fleet_env.fleet_file()), run_dir=tmp_path / "run1"
+    )
     assert rc == 0, out
-    assert "run folder:" in out and "gpu-a" in out
+    assert "run folder:" in out
+    assert "gpu-a" in out
     assert set(summary["hosts"]) == {"gpu-a", "gpu-b", "gpu-c"}
     assert all(h["failed"] == 0 and h["unreachable"] == 0 and h["changed"] > 0 for h in summary["hosts"].values())
     a100, h100 = fleet_env.plans["a100"], fleet_env.plans["h100"]
@@ -40,12 +43,17 @@ def test_apply_converges_a_mixed_fleet(fleet_env, tmp_path):
         daemon = json.loads(fleet_env.fleet.exec(host, "cat /etc/docker/daemon.json"))
         assert daemon["runtimes"]["nvidia"]["path"] == "nvidia-container-runtime"
         assert daemon["storage-driver"] == "vfs", "a key that was there before survives the merge"
-        assert fleet_env.fleet.exec(host, "ls /etc/docker/ | grep -c '^daemon.json.*~$' || true").strip() == "1", \
+        assert fleet_env.fleet.exec(host, "ls /etc/docker/ | grep -c '^daemon.json.*~$' || true").strip() == "1", (
             "the old daemon.json is kept as a backup"
+        )
         assert fleet_env.fleet.exec(host, "systemctl is-enabled nvidia-persistenced").strip() == "enabled"
         assert fleet_env.fleet.exec(host, "systemctl is-active nvidia-persistenced").strip() == "active"
-        assert "Persistence" not in fleet_env.fleet.exec(host, "nvidia-smi --query-gpu=persistence_mode --format=csv,noheader")
-        assert set(fleet_env.fleet.exec(host, "nvidia-smi --query-gpu=persistence_mode --format=csv,noheader").split()) == {"Enabled"}
+        assert "Persistence" not in fleet_env.fleet.exec(
+            host, "nvidia-smi --query-gpu=persistence_mode --format=csv,noheader"
+        )
+        assert set(
+            fleet_env.fleet.exec(host, "nvidia-smi --query-gpu=persistence_mode --format=csv,noheader").split()
+        ) == {"Enabled"}
         assert "nvidia" in json.loads(fleet_env.fleet.exec(host, "docker info --format '{{json .Runtimes}}'"))
         assert "blacklist nouveau" in fleet_env.fleet.exec(host, "cat /etc/modprobe.d/blacklist-nouveau.conf")
         assert "nvidia.com/gpu" in fleet_env.fleet.exec(host, "cat /var/run/cdi/nvidia.yaml")
@@ -67,14 +75,16 @@ def test_apply_converges_a_mixed_fleet(fleet_env, tmp_path):
 
 def test_second_apply_changes_nothing(fleet_env, tmp_path):
     # every task again (--full): the roles themselves are idempotent
-    rc, out, summary = run_apply("-i", str(fleet_env.inventory()), "--fleet", str(fleet_env.fleet_file()), "--full",
-                                 run_dir=tmp_path / "full")
+    rc, out, summary = run_apply(
+        "-i", str(fleet_env.inventory()), "--fleet", str(fleet_env.fleet_file()), "--full", run_dir=tmp_path / "full"
+    )
     assert rc == 0, out
     assert {h: v["changed"] for h, v in summary["hosts"].items()} == {"gpu-a": 0, "gpu-b": 0, "gpu-c": 0}, out
     assert all(v["ok"] > 40 for v in summary["hosts"].values()), "the full run ran the roles"
     # a plain re-run: the recorded state still holds, so each host ends after one check
-    rc, out, summary = run_apply("-i", str(fleet_env.inventory()), "--fleet", str(fleet_env.fleet_file()),
-                                 run_dir=tmp_path / "quick")
+    rc, out, summary = run_apply(
+        "-i", str(fleet_env.inventory()), "--fleet", str(fleet_env.fleet_file()), run_dir=tmp_path / "quick"
+    )
     assert rc == 0, out
     assert {h: v["changed"] for h, v in summary["hosts"].items()} == {"gpu-a": 0, "gpu-b": 0, "gpu-c": 0}, out
     assert all(v["ok"] < 5 for v in summary["hosts"].values()), summary
@@ -87,22 +97,42 @@ def test_check_diff_changes_nothing(fleet_env, tmp_path):
     del tampered["runtimes"]
     fleet_env.fleet.exec(host, f"echo '{json.dumps(tampered)}' > /etc/docker/daemon.json")
     try:
-        rc, out, summary = run_apply("-i", str(fleet_env.inventory()), "--fleet", str(fleet_env.fleet_file()),
-                                     "--check", "--diff", "--limit", host, run_dir=tmp_path / "check")
+        rc, out, summary = run_apply(
+            "-i",
+            str(fleet_env.inventory()),
+            "--fleet",
+            str(fleet_env.fleet_file()),
+            "--check",
+            "--diff",
+            "--limit",
+            host,
+            run_dir=tmp_path / "check",
+        )
         assert rc == 0, out
-        assert summary["check"] is True and summary["hosts"][host]["changed"] >= 1
+        assert summary["check"] is True
+        assert summary["hosts"][host]["changed"] >= 1
         after = json.loads(fleet_env.fleet.exec(host, "cat /etc/docker/daemon.json"))
         assert after == tampered, "check mode must not write"
-        diffs = [e for e in events(tmp_path / "check") if e["event"] == "runner_on_ok"
-                 and e["event_data"].get("res", {}).get("diff")]
+        diffs = [
+            e
+            for e in events(tmp_path / "check")
+            if e["event"] == "runner_on_ok" and e["event_data"].get("res", {}).get("diff")
+        ]
         assert any("nvidia-container-runtime" in json.dumps(e["event_data"]["res"]["diff"]) for e in diffs)
     finally:
         fleet_env.fleet.exec(host, f"cat > /etc/docker/daemon.json <<'EOF'\n{original}\nEOF")
 
 
 def test_serial_runs_hosts_in_batches(fleet_env, tmp_path):
-    rc, out, summary = run_apply("-i", str(fleet_env.inventory()), "--fleet", str(fleet_env.fleet_file()),
-                                 "--serial", "1", run_dir=tmp_path / "serial")
+    rc, out, _summary = run_apply(
+        "-i",
+        str(fleet_env.inventory()),
+        "--fleet",
+        str(fleet_env.fleet_file()),
+        "--serial",
+        "1",
+        run_dir=tmp_path / "serial",
+    )
     assert rc == 0, out
     spans = {}
     for e in events(tmp_path / "serial"):
@@ -112,30 +142,43 @@ def test_serial_runs_hosts_in_batches(fleet_env, tmp_path):
             spans[host] = (min(first, e["counter"]), max(last, e["counter"]))
     ordered = sorted(spans.values())
     assert len(ordered) == 3
-    assert all(a[1] < b[0] for a, b in zip(ordered, ordered[1:])), f"batches overlap: {spans}"
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(ordered)), f"batches overlap: {spans}"
 
 
 def test_unreachable_and_failing_hosts_do_not_stop_the_others(fleet_env, tmp_path):
     inventory = fleet_env.inventory("partial.yml", hosts=("gpu-d", "gpu-e", "gpu-x"))
-    rc, out, summary = run_apply("-i", str(inventory), "--fleet", str(fleet_env.fleet_file()),
-                                 run_dir=tmp_path / "partial")
+    rc, out, summary = run_apply(
+        "-i", str(inventory), "--fleet", str(fleet_env.fleet_file()), run_dir=tmp_path / "partial"
+    )
     assert rc == 1, out
     hosts = summary["hosts"]
-    assert hosts["gpu-e"]["failed"] == 0 and hosts["gpu-e"]["unreachable"] == 0 and hosts["gpu-e"]["changed"] > 0
+    assert hosts["gpu-e"]["failed"] == 0
+    assert hosts["gpu-e"]["unreachable"] == 0
+    assert hosts["gpu-e"]["changed"] > 0
     assert fleet_env.dpkg_version("gpu-e", "nvidia-fabricmanager") == f"{fleet_env.plans['h100'].driver.version}-1"
-    assert hosts["gpu-x"]["unreachable"] == 1 and hosts["gpu-x"]["cause"].startswith("unreachable")
+    assert hosts["gpu-x"]["unreachable"] == 1
+    assert hosts["gpu-x"]["cause"].startswith("unreachable")
     assert hosts["gpu-d"]["failed"] == 1
     assert "simulated driver install failure" in hosts["gpu-d"]["cause"]
-    assert "gpu-x" in out and "gpu-d" in out and "unreachable" in out
+    assert "gpu-x" in out
+    assert "gpu-d" in out
+    assert "unreachable" in out
 
 
 def test_invalid_daemon_json_is_refused_and_kept(fleet_env, tmp_path):
     host = "gpu-c"
     original = fleet_env.fleet.exec(host, "cat /etc/docker/daemon.json")
-    fleet_env.fleet.exec(host, "printf '{\"storage-driver\": \"vfs\",' > /etc/docker/daemon.json")
+    fleet_env.fleet.exec(host, 'printf \'{"storage-driver": "vfs",\' > /etc/docker/daemon.json')
     try:
-        rc, out, summary = run_apply("-i", str(fleet_env.inventory()), "--fleet", str(fleet_env.fleet_file()),
-                                     "--limit", host, run_dir=tmp_path / "bad-json")
+        rc, _out, summary = run_apply(
+            "-i",
+            str(fleet_env.inventory()),
+            "--fleet",
+            str(fleet_env.fleet_file()),
+            "--limit",
+            host,
+            run_dir=tmp_path / "bad-json",
+        )
         assert rc == 1
         assert "is not a valid JSON object" in summary["hosts"][host]["cause"]
         assert fleet_env.fleet.exec(host, "cat /etc/docker/daemon.json") == '{"storage-driver": "vfs",'
@@ -146,12 +189,25 @@ def test_invalid_daemon_json_is_refused_and_kept(fleet_env, tmp_path):
 def test_interrupted_run_reconverges(fleet_env, tmp_path):
     """A run that stopped half-way (toolkit removed, runtime gone, hold dropped) converges again."""
     host = "gpu-c"
-    fleet_env.fleet.exec(host, "apt-mark unhold nvidia-container-toolkit >/dev/null; "
-                               "dpkg -r nvidia-container-toolkit >/dev/null 2>&1; "
-                               "python3 -c \"import json; p='/etc/docker/daemon.json'; d=json.load(open(p)); "
-                               "d.pop('runtimes', None); json.dump(d, open(p, 'w'))\"")
-    rc, out, summary = run_apply("-i", str(fleet_env.inventory()), "--fleet", str(fleet_env.fleet_file()),
-                                 "--limit", host, run_dir=tmp_path / "reconverge")
+    fleet_env.fleet.exec(
+        host,
+        "apt-mark unhold nvidia-container-toolkit >/dev/null; "
+        "dpkg -r nvidia-container-toolkit >/dev/null 2>&1; "
+        "python3 -c \"import json; p='/etc/docker/daemon.json'; d=json.load(open(p)); "
+        "d.pop('runtimes', None); json.dump(d, open(p, 'w'))\"",
+    )
+    rc, out, _summary = run_apply(
+        "-i",
+        str(fleet_env.inventory()),
+        "--fleet",
+        str(fleet_env.fleet_file()),
+        "--limit",
+        host,
+        run_dir=tmp_path / "reconverge",
+    )
     assert rc == 0, out
-    assert fleet_env.dpkg_version(host, "nvidia-container-toolkit") == f"{fleet_env.plans['a100'].container_toolkit.version}-1"
+    assert (
+        fleet_env.dpkg_version(host, "nvidia-container-toolkit")
+        == f"{fleet_env.plans['a100'].container_toolkit.version}-1"
+    )
     assert "nvidia" in json.loads(fleet_env.fleet.exec(host, "cat /etc/docker/daemon.json"))["runtimes"]

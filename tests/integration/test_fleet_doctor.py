@@ -8,17 +8,26 @@ import sys
 import pytest
 
 pytestmark = [pytest.mark.fleet]
-XID_79 = ("Nov 30 02:11:07 gpu-c kernel: [ 8412.441061] NVRM: Xid (PCI:0000:17:00): 79, pid=0, "
-          "name=python3, GPU has fallen off the bus.")
+XID_79 = (
+    "Nov 30 02:11:07 gpu-c kernel: [ 8412.441061] NVRM: Xid (PCI:0000:17:00): 79, pid=0, "
+    "name=python3, GPU has fallen off the bus."
+)
 
 
 def doctor(*args):
-    proc = subprocess.run([sys.executable, "-m", "provision", "doctor", *args, "--format", "json"],
-                          capture_output=True, text=True, timeout=600, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "provision", "doctor", *args, "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     try:
         return proc.returncode, json.loads(proc.stdout), proc.stderr
     except ValueError:
-        raise AssertionError(f"doctor printed no JSON (exit {proc.returncode}): {proc.stdout[-1500:]} {proc.stderr[-1500:]}") from None
+        raise AssertionError(
+            f"doctor printed no JSON (exit {proc.returncode}): {proc.stdout[-1500:]} {proc.stderr[-1500:]}"
+        ) from None
 
 
 def ids(doc, host, severity=None):
@@ -27,8 +36,11 @@ def ids(doc, host, severity=None):
 
 
 def set_fault(fleet, host, fault):
-    fleet.exec(host, "python3 -c \"import json; p='/etc/fakegpu/gpu.json'; d=json.load(open(p)); "
-                     f"d['fault']={fault!r}; json.dump(d, open(p, 'w'))\"")
+    fleet.exec(
+        host,
+        "python3 -c \"import json; p='/etc/fakegpu/gpu.json'; d=json.load(open(p)); "
+        f"d['fault']={fault!r}; json.dump(d, open(p, 'w'))\"",
+    )
 
 
 def test_doctor_finds_converged_hosts_healthy(converged_fleet, tmp_path):
@@ -37,10 +49,16 @@ def test_doctor_finds_converged_hosts_healthy(converged_fleet, tmp_path):
     assert {h["host"] for h in doc["hosts"]} == {"gpu-a", "gpu-b", "gpu-c"}
     assert all(not ids(doc, h, "error") for h in ("gpu-a", "gpu-b", "gpu-c"))
     saved = (tmp_path / "saved" / "gpu-b.doctor.txt").read_text()
-    assert "===== provision-doctor: nvidia-smi-q-x =====" in saved and "NVIDIA H100 80GB HBM3" in saved
+    assert "===== provision-doctor: nvidia-smi-q-x =====" in saved
+    assert "NVIDIA H100 80GB HBM3" in saved
     # what was saved is a capture doctor reads again offline, to the same verdict
-    proc = subprocess.run([sys.executable, "-m", "provision", "doctor", "--from-file", str(tmp_path / "saved" / "gpu-b.doctor.txt")],
-                          capture_output=True, text=True, timeout=300, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "provision", "doctor", "--from-file", str(tmp_path / "saved" / "gpu-b.doctor.txt")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -60,9 +78,16 @@ def test_doctor_names_each_fault_over_ssh(converged_fleet):
         assert "fallen off the bus" in findings[("gpu-c", "xid-79")]["evidence"]
         assert findings[("gpu-b", "driver-library-mismatch")]["fix"]
         # one host at a time, as a table
-        proc = subprocess.run([sys.executable, "-m", "provision", "doctor", "-i", str(converged_fleet.inventory()), "--limit", "gpu-b"],
-                              capture_output=True, text=True, timeout=300, check=False)
-        assert proc.returncode == 1 and "driver-library-mismatch" in proc.stdout and "gpu-a" not in proc.stdout
+        proc = subprocess.run(
+            [sys.executable, "-m", "provision", "doctor", "-i", str(converged_fleet.inventory()), "--limit", "gpu-b"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert proc.returncode == 1
+        assert "driver-library-mismatch" in proc.stdout
+        assert "gpu-a" not in proc.stdout
     finally:
         set_fault(env, "gpu-a", None)
         set_fault(env, "gpu-b", None)

@@ -27,13 +27,18 @@ def layout(fleet, host):
 
 @pytest.fixture(scope="module")
 def mig_fleet(fleet_env):
-    fleet_file = fleet_env.fleet_file("fleet-mig.yaml", a100={"gpu": "a100-pcie-80gb", "mig": A100_LAYOUT},
-                                      h100={"mig": H100_LAYOUT})
+    fleet_file = fleet_env.fleet_file(
+        "fleet-mig.yaml", a100={"gpu": "a100-pcie-80gb", "mig": A100_LAYOUT}, h100={"mig": H100_LAYOUT}
+    )
     yield fleet_env, fleet_file
     for host in HOST_GROUPS:  # back to GPUs without MIG for the other tests
-        fleet_env.fleet.exec(host, "systemctl disable --now provision-mig.service >/dev/null 2>&1; "
-                                   "rm -f /var/lib/fakegpu/mig-mode.json /run/fakegpu/mig-mode.json "
-                                   "/run/fakegpu/mig-instances.json", check=False)
+        fleet_env.fleet.exec(
+            host,
+            "systemctl disable --now provision-mig.service >/dev/null 2>&1; "
+            "rm -f /var/lib/fakegpu/mig-mode.json /run/fakegpu/mig-mode.json "
+            "/run/fakegpu/mig-instances.json",
+            check=False,
+        )
 
 
 def test_mig_layouts_converge_and_stay(mig_fleet, tmp_path):
@@ -49,8 +54,9 @@ def test_mig_layouts_converge_and_stay(mig_fleet, tmp_path):
     assert summary["hosts"]["gpu-b"]["failed"] == 0
     assert layout(env.fleet, "gpu-b") == {"0": EXPECTED["h100"], "1": EXPECTED["h100"]}
 
-    rc, out, summary = run_apply("-i", inventory, "--fleet", str(fleet_file), "--allow-disruption",
-                                 run_dir=tmp_path / "converge")
+    rc, out, summary = run_apply(
+        "-i", inventory, "--fleet", str(fleet_file), "--allow-disruption", run_dir=tmp_path / "converge"
+    )
     assert rc == 0, out
     for host, group in HOST_GROUPS.items():
         assert layout(env.fleet, host) == {"0": EXPECTED[group], "1": EXPECTED[group]}, host
@@ -72,13 +78,33 @@ def test_mig_layouts_converge_and_stay(mig_fleet, tmp_path):
     assert calls == "2", "no instance was re-created by the second runs"
 
     # verify checks the layout
-    proc = subprocess.run([sys.executable, "-m", "provision", "verify", "-i", inventory, "--fleet", str(fleet_file),
-                           "--only", "mig,nvidia-smi", "--format", "json"], capture_output=True, text=True,
-                          timeout=600, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "provision",
+            "verify",
+            "-i",
+            inventory,
+            "--fleet",
+            str(fleet_file),
+            "--only",
+            "mig,nvidia-smi",
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     doc = json.loads(proc.stdout)
-    assert {h["host"]: {c["id"]: c["status"] for c in h["checks"]}["mig"] for h in doc["hosts"]} == \
-        {"gpu-a": "pass", "gpu-b": "pass", "gpu-c": "pass"}
+    assert {h["host"]: {c["id"]: c["status"] for c in h["checks"]}["mig"] for h in doc["hosts"]} == {
+        "gpu-a": "pass",
+        "gpu-b": "pass",
+        "gpu-c": "pass",
+    }
 
 
 def test_mig_layout_survives_a_reboot_and_drift_is_named(mig_fleet):
@@ -89,14 +115,42 @@ def test_mig_layout_survives_a_reboot_and_drift_is_named(mig_fleet):
     assert layout(env.fleet, "gpu-b") == {"0": EXPECTED["h100"], "1": EXPECTED["h100"]}
     # someone re-partitions a GPU by hand: verify names the mig check
     env.fleet.exec("gpu-c", "nvidia-smi mig -dci -i 1 && nvidia-smi mig -dgi -i 1 && nvidia-smi mig -cgi 0 -C -i 1")
-    proc = subprocess.run([sys.executable, "-m", "provision", "verify", "-i", str(env.inventory()), "--fleet",
-                           str(fleet_file), "--limit", "gpu-c", "--only", "mig", "--format", "json"],
-                          capture_output=True, text=True, timeout=600, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "provision",
+            "verify",
+            "-i",
+            str(env.inventory()),
+            "--fleet",
+            str(fleet_file),
+            "--limit",
+            "gpu-c",
+            "--only",
+            "mig",
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert proc.returncode == 1
     check = json.loads(proc.stdout)["hosts"][0]["checks"][0]
-    assert check["status"] == "fail" and "GPU 1 has 7g.80gb@0" in check["detail"], check
+    assert check["status"] == "fail", check
+    assert "GPU 1 has 7g.80gb@0" in check["detail"], check
     # and a full apply puts the planned layout back
-    rc, out, _ = run_apply("-i", str(env.inventory()), "--fleet", str(fleet_file), "--limit", "gpu-c", "--full",
-                           run_dir=env.workdir / "mig-repair")
+    rc, out, _ = run_apply(
+        "-i",
+        str(env.inventory()),
+        "--fleet",
+        str(fleet_file),
+        "--limit",
+        "gpu-c",
+        "--full",
+        run_dir=env.workdir / "mig-repair",
+    )
     assert rc == 0, out
     assert layout(env.fleet, "gpu-c") == {"0": EXPECTED["a100"], "1": EXPECTED["a100"]}

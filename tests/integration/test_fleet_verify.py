@@ -25,7 +25,9 @@ def verify(*args, junit=None):
     try:
         doc = json.loads(proc.stdout)
     except ValueError:
-        raise AssertionError(f"verify printed no JSON (exit {proc.returncode}): {proc.stdout[-2000:]} {proc.stderr[-2000:]}") from None
+        raise AssertionError(
+            f"verify printed no JSON (exit {proc.returncode}): {proc.stdout[-2000:]} {proc.stderr[-2000:]}"
+        ) from None
     with open(f"{SCHEMA_DIR}/report.schema.json") as handle:
         jsonschema.validate(doc, json.load(handle))
     if junit:
@@ -38,15 +40,33 @@ def statuses(doc):
 
 
 def test_verify_passes_on_a_converged_fleet(converged_fleet, tmp_path):
-    rc, doc, err = verify("-i", str(converged_fleet.inventory()), "--fleet", str(converged_fleet.fleet_file()),
-                          "--gpu-count", "2", junit=tmp_path / "verify.xml")
+    rc, doc, err = verify(
+        "-i",
+        str(converged_fleet.inventory()),
+        "--fleet",
+        str(converged_fleet.fleet_file()),
+        "--gpu-count",
+        "2",
+        junit=tmp_path / "verify.xml",
+    )
     assert rc == 0, json.dumps(doc, indent=1)[-3000:] + err
     got = statuses(doc)
     assert set(got) == set(HOSTS)
     for host, checks in got.items():
         assert all(s in ("pass", "skip") for s in checks.values()), (host, checks)
-        for check in ("reachable", "os", "nvidia-smi", "gpus", "persistence", "driver-packages", "fabric-manager",
-                      "container-toolkit", "docker-runtime", "nouveau-blacklisted", "secure-boot"):
+        for check in (
+            "reachable",
+            "os",
+            "nvidia-smi",
+            "gpus",
+            "persistence",
+            "driver-packages",
+            "fabric-manager",
+            "container-toolkit",
+            "docker-runtime",
+            "nouveau-blacklisted",
+            "secure-boot",
+        ):
             assert checks[check] == "pass", (host, check, checks)
     by_host = {h["host"]: {c["id"]: c for c in h["checks"]} for h in doc["hosts"]}
     # what the checks read is in the report: the planned driver, the fabric manager on the SXM host
@@ -65,34 +85,69 @@ def test_verify_names_each_kind_of_drift(converged_fleet, tmp_path):
     old = "1.19.1"
     toolkit = [p.name for p in converged_fleet.plans["a100"].container_toolkit.packages]
     # gpu-a: the toolkit downgraded behind provision's back (holds overridden)
-    fleet.exec("gpu-a", "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --allow-downgrades "
-                        "--allow-change-held-packages " + " ".join(f"{p}={old}-1" for p in toolkit) + " >/dev/null 2>&1")
+    fleet.exec(
+        "gpu-a",
+        "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --allow-downgrades "
+        "--allow-change-held-packages " + " ".join(f"{p}={old}-1" for p in toolkit) + " >/dev/null 2>&1",
+    )
     assert converged_fleet.dpkg_version("gpu-a", "nvidia-container-toolkit") == f"{old}-1"
     # gpu-b: the nvidia runtime removed from daemon.json
-    fleet.exec("gpu-b", "python3 -c \"import json; p='/etc/docker/daemon.json'; d=json.load(open(p)); "
-                        "d.pop('runtimes', None); json.dump(d, open(p, 'w'))\"")
+    fleet.exec(
+        "gpu-b",
+        "python3 -c \"import json; p='/etc/docker/daemon.json'; d=json.load(open(p)); "
+        "d.pop('runtimes', None); json.dump(d, open(p, 'w'))\"",
+    )
     # gpu-c: nvidia-persistenced stopped
     fleet.exec("gpu-c", "systemctl stop nvidia-persistenced")
 
-    rc, doc, err = verify("-i", str(converged_fleet.inventory()), "--fleet", str(converged_fleet.fleet_file()),
-                          junit=tmp_path / "drift.xml")
+    rc, doc, err = verify(
+        "-i",
+        str(converged_fleet.inventory()),
+        "--fleet",
+        str(converged_fleet.fleet_file()),
+        junit=tmp_path / "drift.xml",
+    )
     assert rc == 1, err
     got = statuses(doc)
     failed = {h: sorted(c for c, s in checks.items() if s == "fail") for h, checks in got.items()}
     assert failed == {"gpu-a": ["container-toolkit"], "gpu-b": ["docker-runtime"], "gpu-c": ["persistence"]}, failed
     details = {h["host"]: {c["id"]: c["detail"] for c in h["checks"]} for h in doc["hosts"]}
-    assert f"plan pins {converged_fleet.plans['a100'].container_toolkit.version}" in details["gpu-a"]["container-toolkit"]
+    assert (
+        f"plan pins {converged_fleet.plans['a100'].container_toolkit.version}" in details["gpu-a"]["container-toolkit"]
+    )
     assert "no nvidia runtime" in details["gpu-b"]["docker-runtime"]
     assert "nvidia-persistenced is inactive" in details["gpu-c"]["persistence"]
     assert 'name="container-toolkit"' in (tmp_path / "drift.xml").read_text()
 
     # the table names them too, and the next apply repairs all three
-    proc = subprocess.run([sys.executable, "-m", "provision", "verify", "-i", str(converged_fleet.inventory()),
-                           "--fleet", str(converged_fleet.fleet_file()), "--limit", "gpu-b"],
-                          capture_output=True, text=True, timeout=600, check=False)
-    assert proc.returncode == 1 and "docker-runtime" in proc.stdout and "FAIL" in proc.stdout
-    rc, out, _ = run_apply("-i", str(converged_fleet.inventory()), "--fleet", str(converged_fleet.fleet_file()),
-                           run_dir=tmp_path / "repair")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "provision",
+            "verify",
+            "-i",
+            str(converged_fleet.inventory()),
+            "--fleet",
+            str(converged_fleet.fleet_file()),
+            "--limit",
+            "gpu-b",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 1
+    assert "docker-runtime" in proc.stdout
+    assert "FAIL" in proc.stdout
+    rc, out, _ = run_apply(
+        "-i",
+        str(converged_fleet.inventory()),
+        "--fleet",
+        str(converged_fleet.fleet_file()),
+        run_dir=tmp_path / "repair",
+    )
     assert rc == 0, out
     rc, doc, err = verify("-i", str(converged_fleet.inventory()), "--fleet", str(converged_fleet.fleet_file()))
     assert rc == 0, json.dumps(statuses(doc))

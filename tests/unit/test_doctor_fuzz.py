@@ -88,16 +88,18 @@ def test_truncated_captures(capture, cut):
 
 
 @FAST
-@given(capture=st.sampled_from(CAPTURES), cut=st.floats(min_value=0, max_value=1),
-       key=st.sampled_from(SECTION_KEYS))
+@given(capture=st.sampled_from(CAPTURES), cut=st.floats(min_value=0, max_value=1), key=st.sampled_from(SECTION_KEYS))
 def test_truncated_captures_in_the_wrong_section(capture, cut, key):
     _, text = capture
     outcome(diagnose_texts, {key: text[: int(len(text) * cut)]})
 
 
 SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20)
-JSONISH = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=5)
-                       | st.dictionaries(st.text(max_size=10), inner, max_size=5), max_leaves=30)
+JSONISH = st.recursive(
+    SCALARS,
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=10), inner, max_size=5),
+    max_leaves=30,
+)
 
 
 @FAST
@@ -118,20 +120,25 @@ MUTATIONS = st.sampled_from(["delete", "insert", "duplicate", "digits", "tag"])
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(capture=st.sampled_from(XML), how=MUTATIONS, where=st.floats(0, 1), size=st.integers(0, 400),
-       junk=st.text(max_size=40))
+@given(
+    capture=st.sampled_from(XML),
+    how=MUTATIONS,
+    where=st.floats(0, 1),
+    size=st.integers(0, 400),
+    junk=st.text(max_size=40),
+)
 def test_mutated_xml(capture, how, where, size, junk):
     name, xml = capture
     at = int(len(xml) * where)
     if how == "delete":
-        xml = xml[:at] + xml[at + size:]
+        xml = xml[:at] + xml[at + size :]
     elif how == "insert":
         xml = xml[:at] + junk + xml[at:]
     elif how == "duplicate":
-        xml = xml[:at] + xml[at:at + size] + xml[at:]
+        xml = xml[:at] + xml[at : at + size] + xml[at:]
     elif how == "digits":
-        digits = "".join(ch if not ch.isdigit() else junk[:3] or "9" * 40 for ch in xml[at:at + size])
-        xml = xml[:at] + digits + xml[at + size:]
+        digits = "".join(ch if not ch.isdigit() else junk[:3] or "9" * 40 for ch in xml[at : at + size])
+        xml = xml[:at] + digits + xml[at + size :]
     else:
         xml = xml[:at] + f"<{junk or 'gpu'}>" + xml[at:]
     outcome(diagnose_named_texts, [(name, xml)])
@@ -139,9 +146,11 @@ def test_mutated_xml(capture, how, where, size, junk):
 
 
 def test_entity_expansion_is_refused():
-    bomb = ('<?xml version="1.0"?>\n<!DOCTYPE nvidia_smi_log [<!ENTITY a "aaaaaaaaaa">'
-            '<!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;">]>\n<nvidia_smi_log><driver_version>&b;</driver_version>'
-            "</nvidia_smi_log>\n")
+    bomb = (
+        '<?xml version="1.0"?>\n<!DOCTYPE nvidia_smi_log [<!ENTITY a "aaaaaaaaaa">'
+        '<!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;">]>\n<nvidia_smi_log><driver_version>&b;</driver_version>'
+        "</nvidia_smi_log>\n"
+    )
     with pytest.raises(InputError, match="entities"):
         diagnose_named_texts([("bomb.xml", bomb)])
 

@@ -40,15 +40,18 @@ def test_every_fixture_names_its_origin():
         assert (FIX / f"{p.name}.source.txt").is_file(), f"{p.name} has no .source.txt sidecar"
 
 
-@pytest.mark.parametrize(("raw", "expected"), [
-    ("00000000:3B:00.0", "0000:3b:00.0"),
-    ("PCI:0000:3b:00", "0000:3b:00"),
-    ("00001580:00:00.0", "1580:00:00.0"),
-    ("0001:00:00.0", "0001:00:00.0"),
-    ("GPU 00000000:19:00.0", "0000:19:00.0"),
-    ("not a bus", None),
-    (None, None),
-])
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("00000000:3B:00.0", "0000:3b:00.0"),
+        ("PCI:0000:3b:00", "0000:3b:00"),
+        ("00001580:00:00.0", "1580:00:00.0"),
+        ("0001:00:00.0", "0001:00:00.0"),
+        ("GPU 00000000:19:00.0", "0000:19:00.0"),
+        ("not a bus", None),
+        (None, None),
+    ],
+)
 def test_normalize_bus(raw, expected):
     assert normalize_bus(raw) == expected
 
@@ -115,13 +118,16 @@ def test_xml_text_after_the_document_is_kept_as_messages():
     assert r.messages == ["WARNING: infoROM is corrupted at gpu 0000:01:00.0"]
 
 
-@pytest.mark.parametrize(("xml", "why"), [
-    ('<?xml version="1.0"?><!DOCTYPE x [<!ENTITY a "b">]><nvidia_smi_log>&a;</nvidia_smi_log>', "entities"),
-    ("<nvidia_smi_log><gpu><product_name>x", "truncated"),
-    ("<nvidia_smi_log><gpu></nvidia_smi_log>", "malformed"),
-    ("<?xml version='1.0'?><html><body/></html>", "root is <html>"),
-    ("no xml here", "no XML document"),
-])
+@pytest.mark.parametrize(
+    ("xml", "why"),
+    [
+        ('<?xml version="1.0"?><!DOCTYPE x [<!ENTITY a "b">]><nvidia_smi_log>&a;</nvidia_smi_log>', "entities"),
+        ("<nvidia_smi_log><gpu><product_name>x", "truncated"),
+        ("<nvidia_smi_log><gpu></nvidia_smi_log>", "malformed"),
+        ("<?xml version='1.0'?><html><body/></html>", "root is <html>"),
+        ("no xml here", "no XML document"),
+    ],
+)
 def test_xml_failures_say_why(xml, why):
     with pytest.raises(ParseFailure, match=why):
         parse_xml(xml, "f")
@@ -181,13 +187,15 @@ def test_q_d_subset_after_a_shell_prompt():
 
 
 def test_q_text_r610_deprecated_version_fields():
-    q = ("\n==============NVSMI LOG==============\n\n"
-         "Driver Version                     : 610.57.04 [Deprecated; will be removed in CUDA 14.0. "
-         "Use KMD Version instead]\n"
-         "CUDA Version                       : 13.3 [Deprecated; will be removed in CUDA 14.0. "
-         "Use CUDA UMD Version instead]\n"
-         "KMD Version                        : 610.57.04\n"
-         "CUDA UMD Version                   : 13.3\n\nAttached GPUs                      : 0\n")
+    q = (
+        "\n==============NVSMI LOG==============\n\n"
+        "Driver Version                     : 610.57.04 [Deprecated; will be removed in CUDA 14.0. "
+        "Use KMD Version instead]\n"
+        "CUDA Version                       : 13.3 [Deprecated; will be removed in CUDA 14.0. "
+        "Use CUDA UMD Version instead]\n"
+        "KMD Version                        : 610.57.04\n"
+        "CUDA UMD Version                   : 13.3\n\nAttached GPUs                      : 0\n"
+    )
     r = parse_q_text(q, "f")
     assert (r.driver_version, r.cuda_version, r.gpus) == ("610.57.04", "13.3", [])
 
@@ -202,7 +210,9 @@ def test_table_r550():
     r = parse_table(text("table__h100__r550-healthy.txt"), "f")
     assert (r.driver_version, r.cuda_version) == ("550.90.07", "12.4")
     assert [(g.index, g.bus_id, g.persistence, g.pstate, g.temp) for g in r.gpus] == [
-        (0, "0000:19:00.0", True, "P0", 27), (1, "0000:3b:00.0", True, "P0", 24)]
+        (0, "0000:19:00.0", True, "P0", 27),
+        (1, "0000:3b:00.0", True, "P0", 24),
+    ]
     assert r.gpus[0].mig_current == "Disabled"
     assert r.gpus[0].ecc_volatile_unc == 0
 
@@ -225,7 +235,8 @@ def test_table_windows_driver_model_column():
         "|=========================================+========================+======================|\n"
         "|   0  NVIDIA GeForce RTX 2080 ...  WDDM  |   00000000:0C:00.0  On |                  N/A |\n"
         "| 38%   39C    P8             37W /  250W |     797MiB /   8192MiB |      0%      Default |\n"
-        "|                                         |                        |                  N/A |\n")
+        "|                                         |                        |                  N/A |\n"
+    )
     r = parse_table(table, "f")
     (g,) = r.gpus
     assert r.driver_version == "610.62"
@@ -244,20 +255,25 @@ def test_csv_with_units_in_header():
 
 
 def test_csv_event_reasons_and_ecc():
-    csv = ("index, pci.bus_id, persistence_mode, clocks_event_reasons.hw_slowdown, "
-           "ecc.errors.uncorrected.volatile.total\n"
-           "0, 00000000:19:00.0, Enabled, Active, 3\n")
+    csv = (
+        "index, pci.bus_id, persistence_mode, clocks_event_reasons.hw_slowdown, "
+        "ecc.errors.uncorrected.volatile.total\n"
+        "0, 00000000:19:00.0, Enabled, Active, 3\n"
+    )
     (g,) = parse_csv(csv, "f").gpus
     assert g.clocks == {"hw_slowdown": True}
     assert g.ecc_volatile_unc == 3
     assert g.persistence is True
 
 
-@pytest.mark.parametrize(("csv", "why"), [
-    (text("query-gpu__noheader.txt"), "header"),
-    ("name, pci.bus_id\nA100, 0000:01:00.0, extra\n", "values for 2 columns"),
-    ("name, pci.bus_id\n", "no rows"),
-])
+@pytest.mark.parametrize(
+    ("csv", "why"),
+    [
+        (text("query-gpu__noheader.txt"), "header"),
+        ("name, pci.bus_id\nA100, 0000:01:00.0, extra\n", "values for 2 columns"),
+        ("name, pci.bus_id\n", "no rows"),
+    ],
+)
 def test_csv_failures(csv, why):
     with pytest.raises(ParseFailure, match=why):
         parse_csv(csv, "f")
@@ -274,8 +290,9 @@ def test_nvlink_notes_for_mig_and_missing_nvlink():
     (g,) = parse_nvlink(text("nvlink-s__h100__mig-unsupported.txt"))
     assert g.links == {}
     assert "MIG mode" in g.note
-    (l40s,) = parse_nvlink("GPU 0: NVIDIA L40S (UUID: GPU-00000000-0000-0000-0000-000000000000)\n"
-                           "Device does not have or support Nvlink\n")
+    (l40s,) = parse_nvlink(
+        "GPU 0: NVIDIA L40S (UUID: GPU-00000000-0000-0000-0000-000000000000)\nDevice does not have or support Nvlink\n"
+    )
     assert l40s.note == "Device does not have or support Nvlink"
 
 
@@ -283,28 +300,38 @@ def test_nvlink_notes_for_mig_and_missing_nvlink():
 XID79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen off the bus."
 
 
-@pytest.mark.parametrize("line", [
-    f"[ 1843.308145] {XID79}",
-    f"[Fri Aug 30 11:43:09 2024] {XID79}",
-    f"2024-11-15T12:02:03,470068+00:00 {XID79}",
-    f"kern  :warn  : 2025-01-21T02:21:33,498559+00:00 {XID79}",
-    f"Oct 15 12:40:10 gpu-node-3 kernel: {XID79}",
-    f"2024-11-15T12:02:03+0000 gpu-node-3 kernel: {XID79}",
-    f"Oct 15 12:40:10 gpu-node-3 kernel: [ 1843.308145] {XID79}",
-    XID79,
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        f"[ 1843.308145] {XID79}",
+        f"[Fri Aug 30 11:43:09 2024] {XID79}",
+        f"2024-11-15T12:02:03,470068+00:00 {XID79}",
+        f"kern  :warn  : 2025-01-21T02:21:33,498559+00:00 {XID79}",
+        f"Oct 15 12:40:10 gpu-node-3 kernel: {XID79}",
+        f"2024-11-15T12:02:03+0000 gpu-node-3 kernel: {XID79}",
+        f"Oct 15 12:40:10 gpu-node-3 kernel: [ 1843.308145] {XID79}",
+        XID79,
+    ],
+)
 def test_kernel_prefixes_are_stripped_and_xid_read(line):
     assert strip_prefix(line) == XID79
     (x,) = parse_kernel_log(line + "\n").xids
     assert (x.code, x.bus) == (79, "0000:3b:00")
 
 
-@pytest.mark.parametrize(("line", "code", "bus"), [
-    ("NVRM: Xid (PCI:0000:01:00): 31, Ch 0000003a, intr 10000000. MMU Fault: ENGINE GRAPHICS", 31, "0000:01:00"),
-    ("NVRM: Xid (0000:02:00): 62, 0cb5(2d50) 00000000 00000000", 62, "0000:02:00"),
-    ("NVRM: Xid (PCI:0000:cb:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Warp Exception", 13, "0000:cb:00"),
-    ("NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi, Timeout after 6s", 119, "0000:9b:00"),
-])
+@pytest.mark.parametrize(
+    ("line", "code", "bus"),
+    [
+        ("NVRM: Xid (PCI:0000:01:00): 31, Ch 0000003a, intr 10000000. MMU Fault: ENGINE GRAPHICS", 31, "0000:01:00"),
+        ("NVRM: Xid (0000:02:00): 62, 0cb5(2d50) 00000000 00000000", 62, "0000:02:00"),
+        (
+            "NVRM: Xid (PCI:0000:cb:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Warp Exception",
+            13,
+            "0000:cb:00",
+        ),
+        ("NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi, Timeout after 6s", 119, "0000:9b:00"),
+    ],
+)
 def test_xid_line_variants(line, code, bus):
     (x,) = parse_kernel_log(line).xids
     assert (x.code, x.bus) == (code, bus)
@@ -331,10 +358,15 @@ def test_kernel_log_events():
         "[   12.4] nouveau 0000:01:00.0: DRM: VRAM: 8192 MiB\n"
         "[   12.5] NVRM: API mismatch: the client has the version 550.127.05, but\n"
         "[   12.6] NVRM: RmInitAdapter failed! (0x22:0x56:667)\n"
-        "[   12.7] nvidia-nvswitch3: SXid (PCI:0000:86:00.0): 12028, Non-fatal, Link 61 egress non-posted PRIV error\n")
+        "[   12.7] nvidia-nvswitch3: SXid (PCI:0000:86:00.0): 12028, Non-fatal, Link 61 egress non-posted PRIV error\n"
+    )
     assert [(e.kind, e.detail) for e in log.events] == [
-        ("secure-boot", ""), ("nouveau", ""), ("api-mismatch", "550.127.05"), ("init-failed", ""),
-        ("sxid", "12028 Non-fatal, Link 61 egress non-posted PRIV error")]
+        ("secure-boot", ""),
+        ("nouveau", ""),
+        ("api-mismatch", "550.127.05"),
+        ("init-failed", ""),
+        ("sxid", "12028 Non-fatal, Link 61 egress non-posted PRIV error"),
+    ]
 
 
 def test_fabric_manager_log():
@@ -345,26 +377,31 @@ def test_fabric_manager_log():
 
 
 # -- messages and host facts --------------------------------------------------------------------
-@pytest.mark.parametrize(("line", "ident"), [
-    ("Failed to initialize NVML: Driver/library version mismatch", "driver-library-mismatch"),
-    ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.", "driver-not-loaded"),
-    ("No devices were found", "no-devices"),
-    ("NVIDIA-SMI couldn't find libnvidia-ml.so library in your system.", "nvml-not-found"),
-    ("Failed to initialize NVML: Unknown Error", "nvml-unknown-error"),
-    ("Unable to determine the device handle for GPU0000:3B:00.0: Unknown Error", "gpu-lost"),
-    ("WARNING: infoROM is corrupted at gpu 0000:3b:00.0", "inforom-corrupted"),
-    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", "out-of-memory"),
-    ("ResourceExhaustedError: OOM when allocating tensor with shape[1024]", "out-of-memory"),
-    ("RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`", "out-of-memory"),
-    ("cudaErrorMemoryAllocation: out of memory", "out-of-memory"),
-    ("XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.2GiB", "out-of-memory"),
-    ("-> CUDA driver version is insufficient for CUDA runtime version", "cuda-driver-insufficient"),
-    ("nvidia-container-cli: requirement error: unsatisfied condition: cuda>=12.4, please update your driver",
-     "cuda-driver-insufficient"),
-    ("RuntimeError: CUDA error: no kernel image is available for execution on the device", "cuda-no-kernel-image"),
-    ("CUDA error: system not yet initialized", "fabric-not-ready"),
-    ("cudaErrorNoDevice: no CUDA-capable device is detected", "no-cuda-device"),
-])
+@pytest.mark.parametrize(
+    ("line", "ident"),
+    [
+        ("Failed to initialize NVML: Driver/library version mismatch", "driver-library-mismatch"),
+        ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.", "driver-not-loaded"),
+        ("No devices were found", "no-devices"),
+        ("NVIDIA-SMI couldn't find libnvidia-ml.so library in your system.", "nvml-not-found"),
+        ("Failed to initialize NVML: Unknown Error", "nvml-unknown-error"),
+        ("Unable to determine the device handle for GPU0000:3B:00.0: Unknown Error", "gpu-lost"),
+        ("WARNING: infoROM is corrupted at gpu 0000:3b:00.0", "inforom-corrupted"),
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", "out-of-memory"),
+        ("ResourceExhaustedError: OOM when allocating tensor with shape[1024]", "out-of-memory"),
+        ("RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`", "out-of-memory"),
+        ("cudaErrorMemoryAllocation: out of memory", "out-of-memory"),
+        ("XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.2GiB", "out-of-memory"),
+        ("-> CUDA driver version is insufficient for CUDA runtime version", "cuda-driver-insufficient"),
+        (
+            "nvidia-container-cli: requirement error: unsatisfied condition: cuda>=12.4, please update your driver",
+            "cuda-driver-insufficient",
+        ),
+        ("RuntimeError: CUDA error: no kernel image is available for execution on the device", "cuda-no-kernel-image"),
+        ("CUDA error: system not yet initialized", "fabric-not-ready"),
+        ("cudaErrorNoDevice: no CUDA-capable device is detected", "no-cuda-device"),
+    ],
+)
 def test_scan_messages(line, ident):
     assert [m.id for m in scan_messages(f"noise before\n{line}\nnoise after\n")] == [ident]
 
@@ -376,12 +413,15 @@ def test_scan_messages_keeps_the_captured_detail():
 
 
 def test_host_facts():
-    assert parse_proc_version(
-        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.158.01  Release Build  (dvs-builder@U22)\n"
-    ) == "570.158.01"
-    assert parse_modules("nvidia_uvm 1523712 0 - Live 0x0000000000000000 (POE)\n"
-                         "nvidia 56389632 2 nvidia_uvm, Live 0x0\n"
-                         ) == {"nvidia_uvm", "nvidia"}
+    assert (
+        parse_proc_version(
+            "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.158.01  Release Build  (dvs-builder@U22)\n"
+        )
+        == "570.158.01"
+    )
+    assert parse_modules(
+        "nvidia_uvm 1523712 0 - Live 0x0000000000000000 (POE)\nnvidia 56389632 2 nvidia_uvm, Live 0x0\n"
+    ) == {"nvidia_uvm", "nvidia"}
     assert parse_modules("Module                  Size  Used by\nnouveau              2355200  2\n") == {"nouveau"}
     assert parse_secure_boot("SecureBoot enabled\n") is True
     assert parse_secure_boot("EFI variables are not supported on this system\n") is False
@@ -390,49 +430,68 @@ def test_host_facts():
 
 # -- classification -----------------------------------------------------------------------------
 KIND_BY_PREFIX = {
-    "q-x__": "nvidia-smi-q-x", "q__": "nvidia-smi-q", "q-d-": "nvidia-smi-q", "table__": "nvidia-smi",
-    "query-gpu__p100": "query-gpu-csv", "query-gpu__noheader": "query-csv-noheader", "nvlink-s__": "nvlink-s",
-    "dmesg": "kernel-log", "journal-k": "kernel-log", "fabricmanager": "fabricmanager-log",
-    "error__": "nvidia-smi-stderr", "app__": "app-log", "capture-bundle": "capture-bundle", "topo-m": "topo",
-    "mig-lgip": "mig-list", "pmon": "pmon", "help-query": "nvidia-smi-help", "list__": "nvidia-smi-L",
+    "q-x__": "nvidia-smi-q-x",
+    "q__": "nvidia-smi-q",
+    "q-d-": "nvidia-smi-q",
+    "table__": "nvidia-smi",
+    "query-gpu__p100": "query-gpu-csv",
+    "query-gpu__noheader": "query-csv-noheader",
+    "nvlink-s__": "nvlink-s",
+    "dmesg": "kernel-log",
+    "journal-k": "kernel-log",
+    "fabricmanager": "fabricmanager-log",
+    "error__": "nvidia-smi-stderr",
+    "app__": "app-log",
+    "capture-bundle": "capture-bundle",
+    "topo-m": "topo",
+    "mig-lgip": "mig-list",
+    "pmon": "pmon",
+    "help-query": "nvidia-smi-help",
+    "list__": "nvidia-smi-L",
 }
 
 
-@pytest.mark.parametrize("path", sorted(p for p in FIX.iterdir() if not p.name.endswith(".source.txt")),
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", sorted(p for p in FIX.iterdir() if not p.name.endswith(".source.txt")), ids=lambda p: p.name
+)
 def test_classify_own_fixtures_by_content(path):
     expected = next(kind for prefix, kind in KIND_BY_PREFIX.items() if path.name.startswith(prefix))
     # The name must not matter: classify without it.
     assert classify(path.read_text(encoding="utf-8"), "") == expected
 
 
-@pytest.mark.parametrize(("content", "name", "kind"), [
-    ("", "x", "empty"),
-    ("  \n\n", "x", "empty"),
-    ("\x00\x01\x02binary", "x", "binary"),
-    ('{"gpus": [1, 2]}', "x", "json"),
-    ("gpus:\n  - a100\nkind: plan\n", "x", "yaml"),
-    ("<!DOCTYPE html><html><body>502 Bad Gateway</body></html>", "x", "html"),
-    ("<?xml version='1.0'?><project/>", "x", "xml-other"),
-    ("hello world\n", "notes.txt", "text"),
-    ("hello world\n", "dmesg.log", "kernel-log"),
-    ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.127.05  Tue Oct  8 2024\n", "", "proc-driver-version"),
-    ("Module                  Size  Used by\nnvidia              56389632  2\n", "", "modules"),
-    ("SecureBoot disabled\n", "", "secure-boot"),
-    ("===== provision-doctor: uname-r =====\n6.8.0-45-generic\n", "", "collector-bundle"),
-])
+@pytest.mark.parametrize(
+    ("content", "name", "kind"),
+    [
+        ("", "x", "empty"),
+        ("  \n\n", "x", "empty"),
+        ("\x00\x01\x02binary", "x", "binary"),
+        ('{"gpus": [1, 2]}', "x", "json"),
+        ("gpus:\n  - a100\nkind: plan\n", "x", "yaml"),
+        ("<!DOCTYPE html><html><body>502 Bad Gateway</body></html>", "x", "html"),
+        ("<?xml version='1.0'?><project/>", "x", "xml-other"),
+        ("hello world\n", "notes.txt", "text"),
+        ("hello world\n", "dmesg.log", "kernel-log"),
+        ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.127.05  Tue Oct  8 2024\n", "", "proc-driver-version"),
+        ("Module                  Size  Used by\nnvidia              56389632  2\n", "", "modules"),
+        ("SecureBoot disabled\n", "", "secure-boot"),
+        ("===== provision-doctor: uname-r =====\n6.8.0-45-generic\n", "", "collector-bundle"),
+    ],
+)
 def test_classify_inline(content, name, kind):
     assert classify(content, name) == kind
 
 
 # -- bundles ------------------------------------------------------------------------------------
 def test_split_bundle():
-    bundle = ("preamble the collector printed\n"
-              "===== provision-doctor: nvidia-smi-rc =====\n9\n"
-              "===== provision-doctor: kernel-log =====\n[ 1.0] a\n"
-              "==== provision-doctor: not-a-marker ====\n"
-              "===== provision-doctor: kernel-log =====  \n[ 2.0] b\n"
-              "[ 2.1] no trailing newline===== provision-doctor: uname-r =====\n")
+    bundle = (
+        "preamble the collector printed\n"
+        "===== provision-doctor: nvidia-smi-rc =====\n9\n"
+        "===== provision-doctor: kernel-log =====\n[ 1.0] a\n"
+        "==== provision-doctor: not-a-marker ====\n"
+        "===== provision-doctor: kernel-log =====  \n[ 2.0] b\n"
+        "[ 2.1] no trailing newline===== provision-doctor: uname-r =====\n"
+    )
     assert split_bundle(bundle) == {
         "nvidia-smi-rc": "9\n",
         "kernel-log": "[ 1.0] a\n==== provision-doctor: not-a-marker ====\n\n[ 2.0] b\n[ 2.1] no trailing newline",
@@ -444,6 +503,10 @@ def test_split_bundle():
 def test_split_capture_bundle_maps_commands_to_sections():
     blocks = split_capture_bundle(text("capture-bundle__h100-mig__mini.txt"))
     assert [(title, key) for title, key, _ in blocks] == [
-        ("capabilities :: version", None), ("capabilities :: list (-L)", None),
-        ("capabilities :: nvlink -s", "nvlink-s"), ("load :: nvidia-smi (default table)", "nvidia-smi"),
-        ("load :: query (-q)", "nvidia-smi-q"), ("load :: pmon (per-process monitor)", None)]
+        ("capabilities :: version", None),
+        ("capabilities :: list (-L)", None),
+        ("capabilities :: nvlink -s", "nvlink-s"),
+        ("load :: nvidia-smi (default table)", "nvidia-smi"),
+        ("load :: query (-q)", "nvidia-smi-q"),
+        ("load :: pmon (per-process monitor)", None),
+    ]

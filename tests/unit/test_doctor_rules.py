@@ -18,8 +18,10 @@ from provision.doctor.xid_refresh import RefreshError, parse_catalog, render
 from provision.errors import CompatDataError, InputError
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "doctor"
-ERR = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
-       "Make sure that the latest NVIDIA driver is installed and running.\n")
+ERR = (
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+    "Make sure that the latest NVIDIA driver is installed and running.\n"
+)
 
 
 def text(name: str) -> str:
@@ -62,31 +64,46 @@ EXPECTED = {
     "nvlink-s__h100__mig-unsupported.txt": set(),
     "q-d-memory-performance__prompt-line.txt": set(),
     "q-d-performance__old-throttle-wording.txt": set(),
-    "q-x__2x-k80__ecc-aggregate-dbe.xml": {("ecc-uncorrectable", "warning"), ("ecc-correctable", "info"),
-                                           ("retired-pages", "info"), ("persistence-off", "warning")},
+    "q-x__2x-k80__ecc-aggregate-dbe.xml": {
+        ("ecc-uncorrectable", "warning"),
+        ("ecc-correctable", "info"),
+        ("retired-pages", "info"),
+        ("persistence-off", "warning"),
+    },
     "q-x__2x-l4__v12.xml": {("persistence-off", "warning"), ("pcie-link-degraded", "warning")},
     "q-x__a100__mig-enabled.xml": {("persistence-off", "warning")},
     "q-x__a100__mig-pending-MODIFIED.xml": {("persistence-off", "warning"), ("mig-pending-reboot", "warning")},
     "q-x__gtx-1050__no-doctype.xml": {("pcie-link-degraded", "warning")},
     "q-x__rtx-2080__windows-wddm.xml": {("pcie-link-degraded", "warning")},
     "q-x__rtx-3090-v13__sw-power-cap-idle.xml": {("clocks-sw-power-cap", "info")},
-    "q-x__v100-sxm3__dbe-retired-pages-pending.xml": {("ecc-uncorrectable", "error"), ("ecc-correctable", "info"),
-                                                      ("retired-pages-pending", "error")},
+    "q-x__v100-sxm3__dbe-retired-pages-pending.xml": {
+        ("ecc-uncorrectable", "error"),
+        ("ecc-correctable", "info"),
+        ("retired-pages-pending", "error"),
+    },
     "q__2x-h100__hw-slowdown-power-brake.txt": {("clocks-hw-slowdown", "warning"), ("clocks-power-brake", "error")},
     "q__2x-rtx-4090__sw-power-cap-load.txt": {("clocks-sw-power-cap", "info")},
     "q__2x-v100__old-ecc-layout.txt": {("persistence-off", "warning")},
     "q__a10__remapped-rows-pending.txt": {("remapped-rows-pending", "error")},
     "q__h100__mig-load-drv590.txt": set(),
-    "q__h100__swpowercap-swthermal-powerbrake.txt": {("clocks-power-brake", "error"), ("clocks-sw-power-cap", "info"),
-                                                     ("clocks-sw-thermal-slowdown", "warning")},
+    "q__h100__swpowercap-swthermal-powerbrake.txt": {
+        ("clocks-power-brake", "error"),
+        ("clocks-sw-power-cap", "info"),
+        ("clocks-sw-thermal-slowdown", "warning"),
+    },
     "query-gpu__p100.csv": set(),
     "table__8x-v100__inforom-corrupted.txt": {("inforom-corrupted", "warning"), ("persistence-off", "warning")},
     "table__h100__r550-healthy.txt": set(),
     "table__rtx-4090__fan-err.txt": {("fan-error", "error")},
 }
-NOT_DIAGNOSABLE = {"help-query-gpu__excerpt.txt": "help text", "list__h200-mig.txt": "nvidia-smi -L",
-                   "mig-lgip__a100.txt": "MIG layout", "pmon__l4.txt": "pmon", "topo-m__2x-rtx-5090.txt": "topo",
-                   "query-gpu__noheader.txt": "without a header line"}
+NOT_DIAGNOSABLE = {
+    "help-query-gpu__excerpt.txt": "help text",
+    "list__h200-mig.txt": "nvidia-smi -L",
+    "mig-lgip__a100.txt": "MIG layout",
+    "pmon__l4.txt": "pmon",
+    "topo-m__2x-rtx-5090.txt": "topo",
+    "query-gpu__noheader.txt": "without a header line",
+}
 
 
 def test_every_fixture_has_an_expectation():
@@ -118,8 +135,13 @@ def test_not_diagnosable_files_are_rejected_by_name(name, what):
 
 
 def test_several_files_make_one_report():
-    report = diagnose_files([FIX / "q-x__v100-sxm3__dbe-retired-pages-pending.xml", FIX / "dmesg-iso__xid-48-63-94.log",
-                             FIX / "nvlink-s__2x-a100__healthy.txt"])
+    report = diagnose_files(
+        [
+            FIX / "q-x__v100-sxm3__dbe-retired-pages-pending.xml",
+            FIX / "dmesg-iso__xid-48-63-94.log",
+            FIX / "nvlink-s__2x-a100__healthy.txt",
+        ]
+    )
     assert {"ecc-uncorrectable", "retired-pages-pending", "xid-48", "xid-63", "xid-94"} <= report.ids()
     assert [r.kind for r in report.read] == ["nvidia-smi-q-x", "kernel-log", "nvlink-s"]
 
@@ -166,8 +188,11 @@ def test_unknown_xid_code_is_a_warning():
 
 
 def test_clock_findings_carry_the_state():
-    f = next(f for f in diagnose_files([FIX / "q__2x-h100__hw-slowdown-power-brake.txt"]).findings
-             if f.id == "clocks-power-brake")
+    f = next(
+        f
+        for f in diagnose_files([FIX / "q__2x-h100__hw-slowdown-power-brake.txt"]).findings
+        if f.id == "clocks-power-brake"
+    )
     assert "GPU 0000:19:00.0 (NVIDIA H100 80GB HBM3)" in f.evidence
     assert "HW Power Brake Slowdown: Active (P0, GPU util 0 %, 67.74 W of 700 W limit, 29 C)" in f.evidence
     assert "ipmitool" in f.fix
@@ -189,73 +214,102 @@ def run(**fields) -> set[tuple[str, str]]:
     return {(f.id, f.severity) for f in out}
 
 
-@pytest.mark.parametrize(("fields", "expected"), [
-    ({"temp": 85, "temp_slowdown": 89, "temp_shutdown": 92}, {("temperature-near-slowdown", "warning")}),
-    ({"temp": 88, "temp_slowdown": 87, "temp_shutdown": 92}, {("temperature-near-shutdown", "error")}),
-    ({"temp": 60, "temp_slowdown": 89, "temp_shutdown": 92}, set()),
-    ({"temp": 70, "tlimit": 2, "tlimit_slowdown": -2, "tlimit_shutdown": -8},
-     {("temperature-near-slowdown", "warning")}),
-    ({"temp": 70, "tlimit": 26, "tlimit_slowdown": -2}, set()),
-    ({"temp": 0, "temp_slowdown": 3}, set()),  # vGPU guests report 0 C
-])
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({"temp": 85, "temp_slowdown": 89, "temp_shutdown": 92}, {("temperature-near-slowdown", "warning")}),
+        ({"temp": 88, "temp_slowdown": 87, "temp_shutdown": 92}, {("temperature-near-shutdown", "error")}),
+        ({"temp": 60, "temp_slowdown": 89, "temp_shutdown": 92}, set()),
+        (
+            {"temp": 70, "tlimit": 2, "tlimit_slowdown": -2, "tlimit_shutdown": -8},
+            {("temperature-near-slowdown", "warning")},
+        ),
+        ({"temp": 70, "tlimit": 26, "tlimit_slowdown": -2}, set()),
+        ({"temp": 0, "temp_slowdown": 3}, set()),  # vGPU guests report 0 C
+    ],
+)
 def test_temperature(fields, expected):
     assert run(**fields) == expected
 
 
-@pytest.mark.parametrize(("fields", "expected"), [
-    # idle GPUs downshift the link generation on purpose: not reported
-    ({"pcie_gen": 1, "pcie_gen_max": 4, "pstate": "P8", "util_gpu": 0, "clocks": {"gpu_idle": True}}, set()),
-    ({"pcie_gen": 1, "pcie_gen_max": 4, "pstate": "P0", "util_gpu": 0, "clocks": {"gpu_idle": True}}, set()),
-    ({"pcie_gen": 3, "pcie_gen_max": 5, "pstate": "P0", "util_gpu": 97}, {("pcie-link-degraded", "warning")}),
-    ({"pcie_gen": 3, "pcie_gen_max": 5, "pstate": "P0", "util_gpu": 5, "clocks": {"gpu_idle": False}},
-     {("pcie-link-degraded", "warning")}),
-    ({"pcie_width": 8, "pcie_width_max": 16, "pstate": "P8"}, {("pcie-link-degraded", "warning")}),
-    ({"pcie_gen": 5, "pcie_gen_max": 5, "pcie_width": 16, "pcie_width_max": 16, "util_gpu": 100}, set()),
-])
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        # idle GPUs downshift the link generation on purpose: not reported
+        ({"pcie_gen": 1, "pcie_gen_max": 4, "pstate": "P8", "util_gpu": 0, "clocks": {"gpu_idle": True}}, set()),
+        ({"pcie_gen": 1, "pcie_gen_max": 4, "pstate": "P0", "util_gpu": 0, "clocks": {"gpu_idle": True}}, set()),
+        ({"pcie_gen": 3, "pcie_gen_max": 5, "pstate": "P0", "util_gpu": 97}, {("pcie-link-degraded", "warning")}),
+        (
+            {"pcie_gen": 3, "pcie_gen_max": 5, "pstate": "P0", "util_gpu": 5, "clocks": {"gpu_idle": False}},
+            {("pcie-link-degraded", "warning")},
+        ),
+        ({"pcie_width": 8, "pcie_width_max": 16, "pstate": "P8"}, {("pcie-link-degraded", "warning")}),
+        ({"pcie_gen": 5, "pcie_gen_max": 5, "pcie_width": 16, "pcie_width_max": 16, "util_gpu": 100}, set()),
+    ],
+)
 def test_pcie(fields, expected):
     assert run(persistence=True, **fields) == expected
 
 
-@pytest.mark.parametrize(("fields", "expected"), [
-    ({"clocks": {"sw_power_cap": True}, "util_gpu": 0, "power_limit": 700, "power_default_limit": 700},
-     {("clocks-sw-power-cap", "info")}),
-    ({"clocks": {"sw_power_cap": True}, "util_gpu": 99, "power_limit": 700, "power_default_limit": 700},
-     {("clocks-sw-power-cap", "info")}),
-    ({"clocks": {"sw_power_cap": True}, "util_gpu": 99, "power_limit": 400, "power_default_limit": 700},
-     {("clocks-sw-power-cap", "warning")}),
-    ({"clocks": {"sw_power_cap": True}, "util_gpu": 0, "power_limit": 400, "power_default_limit": 700},
-     {("clocks-sw-power-cap", "info")}),
-    ({"clocks": {"hw_slowdown": True, "hw_thermal_slowdown": True}},
-     {("clocks-hw-slowdown", "warning"), ("clocks-hw-thermal-slowdown", "error")}),
-    ({"clocks": {"sw_thermal_slowdown": True, "gpu_idle": False}}, {("clocks-sw-thermal-slowdown", "warning")}),
-    ({"clocks": {"hw_slowdown": False, "applications_clocks_setting": True}}, set()),
-])
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        (
+            {"clocks": {"sw_power_cap": True}, "util_gpu": 0, "power_limit": 700, "power_default_limit": 700},
+            {("clocks-sw-power-cap", "info")},
+        ),
+        (
+            {"clocks": {"sw_power_cap": True}, "util_gpu": 99, "power_limit": 700, "power_default_limit": 700},
+            {("clocks-sw-power-cap", "info")},
+        ),
+        (
+            {"clocks": {"sw_power_cap": True}, "util_gpu": 99, "power_limit": 400, "power_default_limit": 700},
+            {("clocks-sw-power-cap", "warning")},
+        ),
+        (
+            {"clocks": {"sw_power_cap": True}, "util_gpu": 0, "power_limit": 400, "power_default_limit": 700},
+            {("clocks-sw-power-cap", "info")},
+        ),
+        (
+            {"clocks": {"hw_slowdown": True, "hw_thermal_slowdown": True}},
+            {("clocks-hw-slowdown", "warning"), ("clocks-hw-thermal-slowdown", "error")},
+        ),
+        ({"clocks": {"sw_thermal_slowdown": True, "gpu_idle": False}}, {("clocks-sw-thermal-slowdown", "warning")}),
+        ({"clocks": {"hw_slowdown": False, "applications_clocks_setting": True}}, set()),
+    ],
+)
 def test_clock_reasons(fields, expected):
     assert run(persistence=True, **fields) == expected
 
 
-@pytest.mark.parametrize(("fields", "expected"), [
-    ({"persistence": False}, {("persistence-off", "warning")}),
-    ({"persistence": False, "driver_model": "WDDM"}, set()),
-    ({"persistence": False, "name": "NVIDIA GeForce RTX 4090", "brand": "GeForce"}, set()),
-    ({"persistence": False, "name": "NVIDIA RTX A5000", "brand": "NVIDIA RTX"}, set()),
-    ({"persistence": None}, set()),
-])
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({"persistence": False}, {("persistence-off", "warning")}),
+        ({"persistence": False, "driver_model": "WDDM"}, set()),
+        ({"persistence": False, "name": "NVIDIA GeForce RTX 4090", "brand": "GeForce"}, set()),
+        ({"persistence": False, "name": "NVIDIA RTX A5000", "brand": "NVIDIA RTX"}, set()),
+        ({"persistence": None}, set()),
+    ],
+)
 def test_persistence_only_on_linux_datacenter_gpus(fields, expected):
     assert run(**fields) == expected
 
 
-@pytest.mark.parametrize(("fields", "expected"), [
-    ({"mig_current": "Enabled", "mig_pending": "Disabled"}, {("mig-pending-reboot", "warning")}),
-    ({"mig_current": "Enabled", "mig_pending": "Enabled"}, set()),
-    ({"remap_failure": True}, {("remapped-rows-failed", "error")}),
-    ({"fabric_state": "In Progress", "fabric_status": None}, {("fabric-not-ready", "error")}),
-    ({"fabric_state": "Completed", "fabric_status": "Success"}, set()),
-    ({"recovery_action": "Node Reboot"}, {("gpu-reset-required", "error")}),
-    ({"recovery_action": "None", "reset_required": False}, set()),
-    ({"fan": "Unknown Error"}, {("fan-error", "error")}),
-    ({"ecc_volatile_unc": 0, "ecc_aggregate_unc": 0, "ecc_aggregate_corr": 0}, set()),
-])
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({"mig_current": "Enabled", "mig_pending": "Disabled"}, {("mig-pending-reboot", "warning")}),
+        ({"mig_current": "Enabled", "mig_pending": "Enabled"}, set()),
+        ({"remap_failure": True}, {("remapped-rows-failed", "error")}),
+        ({"fabric_state": "In Progress", "fabric_status": None}, {("fabric-not-ready", "error")}),
+        ({"fabric_state": "Completed", "fabric_status": "Success"}, set()),
+        ({"recovery_action": "Node Reboot"}, {("gpu-reset-required", "error")}),
+        ({"recovery_action": "None", "reset_required": False}, set()),
+        ({"fan": "Unknown Error"}, {("fan-error", "error")}),
+        ({"ecc_volatile_unc": 0, "ecc_aggregate_unc": 0, "ecc_aggregate_corr": 0}, set()),
+    ],
+)
 def test_other_state_rules(fields, expected):
     assert run(persistence=True, **fields) == expected
 
@@ -264,19 +318,37 @@ def test_other_state_rules(fields, expected):
 LSMOD_PLAIN = "Module                  Size  Used by\nxt_conntrack           16384  1\n"
 
 
-@pytest.mark.parametrize(("extra", "cause", "in_fix"), [
-    ({"modules": "nouveau 2355200 2 - Live 0x0000000000000000\n"}, "nouveau", "blacklist-nouveau.conf"),
-    ({"kernel-log": "[ 5.1] nouveau 0000:01:00.0: DRM: VRAM: 8192 MiB\n"}, "nouveau", "update-initramfs"),
-    ({"secure-boot": "SecureBoot enabled\n", "modules": LSMOD_PLAIN}, "Secure Boot", "mokutil --import"),
-    ({"kernel-log": "[ 5.2] Lockdown: modprobe: unsigned module loading is restricted; see man kernel_lockdown.7\n"},
-     "Secure Boot", "mokutil"),
-    ({"modules": LSMOD_PLAIN, "uname-r": "6.8.0-45-generic\n"}, "running kernel 6.8.0-45-generic", "dkms autoinstall"),
-    ({"kernel-log": "modprobe: FATAL: Module nvidia not found in directory /lib/modules/6.8.0-45-generic\n"},
-     "running kernel 6.8.0-45-generic", "dkms status"),
-    ({"modules": "nvidia 56389632 2 - Live 0x0\n"}, "module is loaded but the GPU does not answer",
-     "fallen off the bus"),
-    ({}, "cause unknown", "mokutil --sb-state"),
-])
+@pytest.mark.parametrize(
+    ("extra", "cause", "in_fix"),
+    [
+        ({"modules": "nouveau 2355200 2 - Live 0x0000000000000000\n"}, "nouveau", "blacklist-nouveau.conf"),
+        ({"kernel-log": "[ 5.1] nouveau 0000:01:00.0: DRM: VRAM: 8192 MiB\n"}, "nouveau", "update-initramfs"),
+        ({"secure-boot": "SecureBoot enabled\n", "modules": LSMOD_PLAIN}, "Secure Boot", "mokutil --import"),
+        (
+            {
+                "kernel-log": "[ 5.2] Lockdown: modprobe: unsigned module loading is restricted; see man kernel_lockdown.7\n"
+            },
+            "Secure Boot",
+            "mokutil",
+        ),
+        (
+            {"modules": LSMOD_PLAIN, "uname-r": "6.8.0-45-generic\n"},
+            "running kernel 6.8.0-45-generic",
+            "dkms autoinstall",
+        ),
+        (
+            {"kernel-log": "modprobe: FATAL: Module nvidia not found in directory /lib/modules/6.8.0-45-generic\n"},
+            "running kernel 6.8.0-45-generic",
+            "dkms status",
+        ),
+        (
+            {"modules": "nvidia 56389632 2 - Live 0x0\n"},
+            "module is loaded but the GPU does not answer",
+            "fallen off the bus",
+        ),
+        ({}, "cause unknown", "mokutil --sb-state"),
+    ],
+)
 def test_driver_not_loaded_names_the_cause(extra, cause, in_fix):
     report = diagnose_texts({"nvidia-smi-stderr": ERR, "nvidia-smi-rc": "9", **extra})
     f = only(report, "driver-not-loaded")
@@ -293,10 +365,12 @@ def test_secure_boot_rejection_in_the_kernel_log_is_enough():
 
 
 def test_pcie_aer_and_host_oom_kills_in_the_kernel_log():
-    log = ("Mar 04 02:13:55 n kernel: pcieport 0000:3a:00.0: AER: Uncorrected (Fatal) error received: 0000:3b:00.0\n"
-           "Mar 04 02:13:55 n kernel: nvidia 0000:3b:00.0: PCIe Bus Error: severity=Uncorrected (Fatal), type=X\n"
-           "Mar 04 02:14:55 n kernel: pcieport 0000:00:01.0: AER: Corrected error received: 0000:01:00.0\n"
-           "Mar 04 02:15:00 n kernel: Out of memory: Killed process 4242 (python3) total-vm:100kB, anon-rss:10kB\n")
+    log = (
+        "Mar 04 02:13:55 n kernel: pcieport 0000:3a:00.0: AER: Uncorrected (Fatal) error received: 0000:3b:00.0\n"
+        "Mar 04 02:13:55 n kernel: nvidia 0000:3b:00.0: PCIe Bus Error: severity=Uncorrected (Fatal), type=X\n"
+        "Mar 04 02:14:55 n kernel: pcieport 0000:00:01.0: AER: Corrected error received: 0000:01:00.0\n"
+        "Mar 04 02:15:00 n kernel: Out of memory: Killed process 4242 (python3) total-vm:100kB, anon-rss:10kB\n"
+    )
     report = diagnose_texts({"kernel-log": log})
     assert found(report) == {("pcie-aer-error", "error"), ("pcie-aer-error", "info"), ("host-out-of-memory", "warning")}
     fatal = next(f for f in report.findings if f.id == "pcie-aer-error" and f.severity == "error")
@@ -309,10 +383,15 @@ def test_unsigned_module_taint_alone_is_not_a_finding():
 
 
 def test_driver_library_mismatch_with_versions():
-    f = only(diagnose_texts({
-        "nvidia-smi-stderr": text("error__nvml-mismatch.txt"),
-        "proc-driver-version": "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.127.05  Tue Oct  8 2024\n",
-    }), "driver-library-mismatch")
+    f = only(
+        diagnose_texts(
+            {
+                "nvidia-smi-stderr": text("error__nvml-mismatch.txt"),
+                "proc-driver-version": "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.127.05  Tue Oct  8 2024\n",
+            }
+        ),
+        "driver-library-mismatch",
+    )
     assert "user-space 550.144, kernel module 550.127.05" in f.title
     assert "NVML library version: 550.144" in f.evidence
     assert "sudo rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia && sudo modprobe nvidia" in f.fix
@@ -327,14 +406,24 @@ def test_driver_library_mismatch_from_versions_alone():
 
 
 def test_kernel_api_mismatch():
-    log = ("[ 9.1] NVRM: API mismatch: the client has the version 535.104.05, but\n"
-           "[ 9.1] NVRM: this kernel module has the version 535.86.10.  Please\n")
+    log = (
+        "[ 9.1] NVRM: API mismatch: the client has the version 535.104.05, but\n"
+        "[ 9.1] NVRM: this kernel module has the version 535.86.10.  Please\n"
+    )
     f = only(diagnose_texts({"kernel-log": log}), "driver-library-mismatch")
     assert "user-space 535.104.05" in f.title
 
 
-@pytest.mark.parametrize(("rc", "ident"), [(12, "nvml-not-found"), (14, "inforom-corrupted"), (15, "gpu-lost"),
-                                           (8, "gpu-power-cables"), (255, "nvidia-smi-failed")])
+@pytest.mark.parametrize(
+    ("rc", "ident"),
+    [
+        (12, "nvml-not-found"),
+        (14, "inforom-corrupted"),
+        (15, "gpu-lost"),
+        (8, "gpu-power-cables"),
+        (255, "nvidia-smi-failed"),
+    ],
+)
 def test_nvidia_smi_exit_codes(rc, ident):
     assert ident in diagnose_texts({"nvidia-smi-rc": f"{rc}\n"}).ids()
 
@@ -380,14 +469,17 @@ def test_cuda_insufficient_from_the_container_toolkit(real_matrix):
 
 # -- collector bundles and sections ---------------------------------------------------------------
 def test_collector_bundle_file(tmp_path):
-    bundle = "".join(f"===== provision-doctor: {k} =====\n{v}" for k, v in {
-        "nvidia-smi-q-x": text("q-x__a100__mig-pending-MODIFIED.xml"),
-        "nvlink-s": text("nvlink-s__8x-v100__inactive-links.txt"),
-        "kernel-log": text("journal-k__xid-79-fallen-off-bus.log"),
-        "fabricmanager-log": text("fabricmanager__nvswitch-nonfatal.log"),
-        "uname-r": "6.8.0-45-generic\n",
-        "future-key": "whatever\n",
-    }.items())
+    bundle = "".join(
+        f"===== provision-doctor: {k} =====\n{v}"
+        for k, v in {
+            "nvidia-smi-q-x": text("q-x__a100__mig-pending-MODIFIED.xml"),
+            "nvlink-s": text("nvlink-s__8x-v100__inactive-links.txt"),
+            "kernel-log": text("journal-k__xid-79-fallen-off-bus.log"),
+            "fabricmanager-log": text("fabricmanager__nvswitch-nonfatal.log"),
+            "uname-r": "6.8.0-45-generic\n",
+            "future-key": "whatever\n",
+        }.items()
+    )
     path = tmp_path / "host1.doctor.txt"
     path.write_text(bundle)
     report = diagnose_files([path])
@@ -404,13 +496,16 @@ def test_structured_section_with_an_error_message_is_read_as_error_output():
     assert report.read[0].kind == "nvidia-smi-stderr"
 
 
-@pytest.mark.parametrize(("key", "content", "why"), [
-    ("nvidia-smi-q-x", "<nvidia_smi_log><gpu id='0000:01:00.0'><product_name>A", "truncated XML"),
-    ("nvidia-smi-q", "Product Name : x\n", "NVSMI LOG"),
-    ("nvidia-smi", "| nothing like a table |\n", "header line"),
-    ("nvlink-s", 'Invalid combination of input arguments. Please run "nvidia-smi -h" for help.\n', "UUID"),
-    ("nvidia-smi-rc", "n/a", "not an exit code"),
-])
+@pytest.mark.parametrize(
+    ("key", "content", "why"),
+    [
+        ("nvidia-smi-q-x", "<nvidia_smi_log><gpu id='0000:01:00.0'><product_name>A", "truncated XML"),
+        ("nvidia-smi-q", "Product Name : x\n", "NVSMI LOG"),
+        ("nvidia-smi", "| nothing like a table |\n", "header line"),
+        ("nvlink-s", 'Invalid combination of input arguments. Please run "nvidia-smi -h" for help.\n', "UUID"),
+        ("nvidia-smi-rc", "n/a", "not an exit code"),
+    ],
+)
 def test_an_unreadable_section_is_a_warning_not_a_failure(key, content, why):
     report = diagnose_texts({key: content, "uname-r": "6.8.0-45-generic\n"})
     f = only(report, "section-unreadable")
@@ -444,10 +539,16 @@ def test_empty_and_unknown_sections_are_listed_not_analysed():
     assert [(r.kind, r.analysed) for r in report.read] == [("kernel-log", False), ("not-a-key", False)]
 
 
-@pytest.mark.parametrize(("content", "what"), [
-    ("", "an empty file"), ("\x00\x01\x02", "binary data"), ('{"a": 1}', "JSON"),
-    ("<html><body>hi</body></html>", "HTML"), ("just some words\n", "text with no NVIDIA tool output"),
-])
+@pytest.mark.parametrize(
+    ("content", "what"),
+    [
+        ("", "an empty file"),
+        ("\x00\x01\x02", "binary data"),
+        ('{"a": 1}', "JSON"),
+        ("<html><body>hi</body></html>", "HTML"),
+        ("just some words\n", "text with no NVIDIA tool output"),
+    ],
+)
 def test_bad_files_are_named(tmp_path, content, what):
     path = tmp_path / "capture.txt"
     path.write_text(content)
@@ -479,7 +580,11 @@ def test_catalogue_covers_every_code_with_a_known_bucket():
     for code in (13, 31, 43, 45, 48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120):
         assert catalog.get(code).mnemonic
     assert (catalog.severity(79), catalog.severity(13), catalog.severity(63), catalog.severity(172)) == (
-        "error", "warning", "info", "warning")
+        "error",
+        "warning",
+        "info",
+        "warning",
+    )
     assert catalog.retrieved == "2025-10-29"
     assert catalog.url.startswith("https://docs.nvidia.com/")
 
@@ -494,12 +599,15 @@ def broken_compat(tmp_path: Path, old: str, new: str) -> Path:
     return compat
 
 
-@pytest.mark.parametrize(("old", "new", "where"), [
-    ("immediate_action: RESET_GPU", "immediate_action: REBOOT_EVERYTHING", ".immediate_action"),
-    ("severity: warning", "severity: panic", "buckets"),
-    ("{code: 13,", "{code: 13, colour: red,", "codes[12]"),
-    ("  UNSPECIFIED:\n", "  UNUSED_BUCKET:\n", "buckets"),
-])
+@pytest.mark.parametrize(
+    ("old", "new", "where"),
+    [
+        ("immediate_action: RESET_GPU", "immediate_action: REBOOT_EVERYTHING", ".immediate_action"),
+        ("severity: warning", "severity: panic", "buckets"),
+        ("{code: 13,", "{code: 13, colour: red,", "codes[12]"),
+        ("  UNSPECIFIED:\n", "  UNUSED_BUCKET:\n", "buckets"),
+    ],
+)
 def test_broken_catalogue_is_compat_data_error(tmp_path, old, new, where):
     with pytest.raises(CompatDataError) as info:
         load_xid_catalog(broken_compat(tmp_path, old, new))
@@ -509,11 +617,13 @@ def test_broken_catalogue_is_compat_data_error(tmp_path, old, new, where):
 
 
 def test_refresh_renders_the_committed_file():
-    rows = parse_catalog("| Xid | a |\n|---:|---|\n"
-                         "| 13 | A / <br> B | Graphics Engine Exception | RESTART_APP | WORKFLOW_XID_13 |\n"
-                         "| 45 | C | Cleanup | WORKFLOW_XID_45 | Solo: RESTART_FM <br> Not Solo: IGNORE (follow "
-                         "other Xid) |\n"
-                         "| 162 | D | Power smoothing |  |  |\n")
+    rows = parse_catalog(
+        "| Xid | a |\n|---:|---|\n"
+        "| 13 | A / <br> B | Graphics Engine Exception | RESTART_APP | WORKFLOW_XID_13 |\n"
+        "| 45 | C | Cleanup | WORKFLOW_XID_45 | Solo: RESTART_FM <br> Not Solo: IGNORE (follow "
+        "other Xid) |\n"
+        "| 162 | D | Power smoothing |  |  |\n"
+    )
     assert rows[0]["mnemonic"] == "A / B"
     assert rows[1]["investigatory_action"].startswith("Solo: RESTART_FM; Not Solo")
     assert rows[2]["immediate_action"] is None

@@ -28,8 +28,14 @@ SKIP = {"SOURCES.md"}
 def captures() -> list[Path]:
     if not SHARED.is_dir():
         return []
-    return sorted(p for p in SHARED.iterdir() if p.is_file() and p.name not in SKIP
-                  and not p.name.endswith(".source.txt") and not p.name.startswith("xid-catalog"))
+    return sorted(
+        p
+        for p in SHARED.iterdir()
+        if p.is_file()
+        and p.name not in SKIP
+        and not p.name.endswith(".source.txt")
+        and not p.name.startswith("xid-catalog")
+    )
 
 
 pytestmark = pytest.mark.skipif(not SHARED.is_dir(), reason="shared reference fixtures not present")
@@ -55,14 +61,28 @@ FAULTS = {
 }
 XID_KEYWORD = re.compile(r"xid-(\d+(?:-\d+)*)")
 # kinds that are recognised but rejected, and the file-name prefixes that hold them
-REJECTED = {"nvidia-smi-L__": "nvidia-smi-L", "nvidia-smi-help-": "nvidia-smi-help", "nvidia-smi-topo-": "topo",
-            "nvidia-smi-pmon__": "pmon", "nvidia-smi-mig-": "mig-list",
-            "nvidia-smi-query-gpu-csv__mig-mode__": "query-csv-noheader"}
+REJECTED = {
+    "nvidia-smi-L__": "nvidia-smi-L",
+    "nvidia-smi-help-": "nvidia-smi-help",
+    "nvidia-smi-topo-": "topo",
+    "nvidia-smi-pmon__": "pmon",
+    "nvidia-smi-mig-": "mig-list",
+    "nvidia-smi-query-gpu-csv__mig-mode__": "query-csv-noheader",
+}
 # the kind each diagnosable file-name prefix must be classified as (by content)
-KIND = {"nvidia-smi-q-x__": "nvidia-smi-q-x", "nvidia-smi-q__": "nvidia-smi-q", "nvidia-smi-q-d-": "nvidia-smi-q",
-        "nvidia-smi-default__": "nvidia-smi", "nvidia-smi-query-gpu-csv__": "query-gpu-csv",
-        "nvidia-smi-nvlink-s__": "nvlink-s", "nvidia-smi-capture-bundle__": "capture-bundle", "dmesg__": "kernel-log",
-        "fabricmanager-log__": "fabricmanager-log", "error__nvml": "nvidia-smi-stderr", "error__cuda": "app-log"}
+KIND = {
+    "nvidia-smi-q-x__": "nvidia-smi-q-x",
+    "nvidia-smi-q__": "nvidia-smi-q",
+    "nvidia-smi-q-d-": "nvidia-smi-q",
+    "nvidia-smi-default__": "nvidia-smi",
+    "nvidia-smi-query-gpu-csv__": "query-gpu-csv",
+    "nvidia-smi-nvlink-s__": "nvlink-s",
+    "nvidia-smi-capture-bundle__": "capture-bundle",
+    "dmesg__": "kernel-log",
+    "fabricmanager-log__": "fabricmanager-log",
+    "error__nvml": "nvidia-smi-stderr",
+    "error__cuda": "app-log",
+}
 
 
 def expected_ids(name: str) -> set[str]:
@@ -130,8 +150,10 @@ def test_fault_severities():
 
 def test_all_captures_of_one_host_merge(tmp_path):
     """A -q -x, a kernel log and an nvlink capture read together give one report with all findings."""
-    paths = [next(p for p in captures() if key in p.name) for key in
-             ("DBE-retired-pages-pending", "xid-48-63-94", "inactive-links")]
+    paths = [
+        next(p for p in captures() if key in p.name)
+        for key in ("DBE-retired-pages-pending", "xid-48-63-94", "inactive-links")
+    ]
     report = diagnose_files(paths)
     assert {"retired-pages-pending", "xid-48", "nvlink-inactive"} <= report.ids()
     assert report.exit_code == 1

@@ -15,68 +15,94 @@ def write_inventory(tmp_path, doc, name="inv.yml"):
     return str(path)
 
 
-GOOD = {"all": {"children": {
-    "a100": {"hosts": {"n1": {"ansible_host": "127.0.0.1", "ansible_port": 2201},
-                       "n2": {"ansible_host": "127.0.0.1", "ansible_port": 2202}}},
-    "h100": {"hosts": {"n3": {"ansible_host": "127.0.0.1", "ansible_port": 2203}}}}}}
+GOOD = {
+    "all": {
+        "children": {
+            "a100": {
+                "hosts": {
+                    "n1": {"ansible_host": "127.0.0.1", "ansible_port": 2201},
+                    "n2": {"ansible_host": "127.0.0.1", "ansible_port": 2202},
+                }
+            },
+            "h100": {"hosts": {"n3": {"ansible_host": "127.0.0.1", "ansible_port": 2203}}},
+        }
+    }
+}
 
 
 def test_load_yaml_and_ini(tmp_path):
     inv = load_inventory(write_inventory(tmp_path, GOOD))
     assert set(inv.hosts) == {"n1", "n2", "n3"}
-    assert inv.groups["a100"] == {"n1", "n2"} and inv.groups["all"] >= {"n1", "n2", "n3"}
+    assert inv.groups["a100"] == {"n1", "n2"}
+    assert inv.groups["all"] >= {"n1", "n2", "n3"}
     ini = tmp_path / "hosts.ini"
     ini.write_text("[gpu]\nnode1 ansible_host=127.0.0.1 ansible_port=2222\n")
     assert load_inventory(str(ini)).hosts["node1"]["ansible_port"] == 2222
 
 
-@pytest.mark.parametrize(("content", "text"), [
-    (None, "does not exist"),
-    ("all: [not, a, mapping", "cannot be parsed"),
-    ("all:\n  hosts: {}\n", "has no hosts"),
-])
+@pytest.mark.parametrize(
+    ("content", "text"),
+    [
+        (None, "does not exist"),
+        ("all: [not, a, mapping", "cannot be parsed"),
+        ("all:\n  hosts: {}\n", "has no hosts"),
+    ],
+)
 def test_broken_inventories(tmp_path, content, text):
     path = tmp_path / "broken.yml"
     if content is not None:
         path.write_text(content)
     with pytest.raises(InputError, match=text) as info:
         load_inventory(str(path))
-    assert info.value.exit_code == 2 and info.value.hint
+    assert info.value.exit_code == 2
+    assert info.value.hint
 
 
 def test_fleet_coverage(tmp_path):
     inv = load_inventory(write_inventory(tmp_path, GOOD))
     assert check_inventory(inv, ["a100", "h100"]) == []
     problems = check_inventory(inv, ["a100"])
-    assert [p.host for p in problems] == ["n3"] and "no planned group" in problems[0].text
+    assert [p.host for p in problems] == ["n3"]
+    assert "no planned group" in problems[0].text
     doubled = check_inventory(inv, ["a100", "h100", "all"])
-    assert all("more than one planned group" in p.text for p in doubled) and len(doubled) == 3
+    assert all("more than one planned group" in p.text for p in doubled)
+    assert len(doubled) == 3
     missing = check_inventory(inv, ["a100", "h100", "b200"])
     assert any("plans group 'b200'" in p.text for p in missing)
 
 
 def test_connection_variables(tmp_path):
-    doc = {"all": {"hosts": {
-        "p": {"ansible_host": "127.0.0.1", "ansible_port": 70000},
-        "q": {"ansible_host": "127.0.0.1", "ansible_port": 2202, "ansible_connection": "telnet"},
-        "r": {"ansible_host": "127.0.0.1", "ansible_port": 2202},
-        "s": {"ansible_host": "bad host", "ansible_ssh_private_key_file": str(tmp_path / "nokey")},
-    }}}
-    problems = {(p.host, p.text.split(" ")[0]) for p in check_inventory(load_inventory(write_inventory(tmp_path, doc)), None)}
+    doc = {
+        "all": {
+            "hosts": {
+                "p": {"ansible_host": "127.0.0.1", "ansible_port": 70000},
+                "q": {"ansible_host": "127.0.0.1", "ansible_port": 2202, "ansible_connection": "telnet"},
+                "r": {"ansible_host": "127.0.0.1", "ansible_port": 2202},
+                "s": {"ansible_host": "bad host", "ansible_ssh_private_key_file": str(tmp_path / "nokey")},
+            }
+        }
+    }
+    problems = {
+        (p.host, p.text.split(" ")[0]) for p in check_inventory(load_inventory(write_inventory(tmp_path, doc)), None)
+    }
     assert ("p", "ansible_port") in problems
     assert ("q", "ansible_connection") in problems
     assert ("r", "same") in problems
-    assert ("s", "ansible_host") in problems and ("s", "ansible_ssh_private_key_file") in problems
+    assert ("s", "ansible_host") in problems
+    assert ("s", "ansible_ssh_private_key_file") in problems
 
 
-@pytest.mark.parametrize(("doc", "text"), [
-    ("not: [a fleet", "is not YAML"),
-    ({"groups": {}}, "has no groups"),
-    ({"groups": {"a100": "rocky9"}}, "must map to a plan request"),
-    ({"groups": {"a100": {"os": "rocky9"}}}, "needs os and gpu"),
-    ({"groups": {"a100": {"os": "rocky9", "gpu": "a100-pcie", "colour": "red"}}}, "unknown keys ['colour']"),
-    ({"groups": {"a100": {"lock": "x.json", "os": "rocky9"}}}, "mixes lock with request fields"),
-])
+@pytest.mark.parametrize(
+    ("doc", "text"),
+    [
+        ("not: [a fleet", "is not YAML"),
+        ({"groups": {}}, "has no groups"),
+        ({"groups": {"a100": "rocky9"}}, "must map to a plan request"),
+        ({"groups": {"a100": {"os": "rocky9"}}}, "needs os and gpu"),
+        ({"groups": {"a100": {"os": "rocky9", "gpu": "a100-pcie", "colour": "red"}}}, "unknown keys ['colour']"),
+        ({"groups": {"a100": {"lock": "x.json", "os": "rocky9"}}}, "mixes lock with request fields"),
+    ],
+)
 def test_bad_fleet_files(tmp_path, doc, text):
     path = tmp_path / "fleet.yaml"
     path.write_text(doc if isinstance(doc, str) else yaml.safe_dump(doc))
@@ -88,48 +114,67 @@ def test_fleet_lock_paths_are_relative_to_the_file(tmp_path):
     path = tmp_path / "fleet.yaml"
     path.write_text(yaml.safe_dump({"groups": {"a": {"lock": "a.lock.json"}, "b": {"os": "rocky9", "gpu": "b200"}}}))
     groups = load_fleet(str(path))
-    assert groups[0].lock == str(tmp_path / "a.lock.json") and groups[1].request == {"os": "rocky9", "gpu": "b200"}
+    assert groups[0].lock == str(tmp_path / "a.lock.json")
+    assert groups[1].request == {"os": "rocky9", "gpu": "b200"}
 
 
 # -- the CLI refuses bad input before any host is touched (exit 2) -----------------------------
 def test_inventory_check_cli(cli, tmp_path):
     inv = write_inventory(tmp_path, GOOD)
     fleet = tmp_path / "fleet.yaml"
-    fleet.write_text(yaml.safe_dump({"groups": {"a100": {"os": "rocky9", "gpu": "a100-pcie"},
-                                                "h100": {"os": "rocky9", "gpu": "h100-sxm"}}}))
+    fleet.write_text(
+        yaml.safe_dump(
+            {"groups": {"a100": {"os": "rocky9", "gpu": "a100-pcie"}, "h100": {"os": "rocky9", "gpu": "h100-sxm"}}}
+        )
+    )
     r = cli("inventory", "check", "-i", inv, "--fleet", str(fleet))
-    assert r.code == 0 and "ok:" in r.out, r
+    assert r.code == 0, r
+    assert "ok:" in r.out, r
     fleet.write_text(yaml.safe_dump({"groups": {"a100": {"os": "rocky9", "gpu": "a100-pcie"}}}))
     r = cli("inventory", "check", "-i", inv, "--fleet", str(fleet))
-    assert r.code == 2 and "error: n3: is in no planned group" in r.err and "hint:" in r.err
+    assert r.code == 2
+    assert "error: n3: is in no planned group" in r.err
+    assert "hint:" in r.err
 
 
-@pytest.mark.parametrize(("args", "text"), [
-    (["--plan", "PLAN", "--fleet", "FLEET"], "exactly one of --plan and --fleet"),
-    ([], "exactly one of --plan and --fleet"),
-    (["--plan", "NOTAPLAN"], "is not a provision plan"),
-    (["--fleet", "UNPLANNED"], "is in no planned group"),
-    (["--fleet", "BADGPU"], "fleet group 'a100': unknown GPU 'a100pcie'"),
-    (["--fleet", "FLEET", "--serial", "zero"], "--serial 'zero' is not a host count"),
-    (["--fleet", "FLEET", "--max-fail-percentage", "120"], "between 0 and 100"),
-    (["--fleet", "FLEET", "-e", "provision_driver_version=1"], "provision_* are the plan's"),
-])
+@pytest.mark.parametrize(
+    ("args", "text"),
+    [
+        (["--plan", "PLAN", "--fleet", "FLEET"], "exactly one of --plan and --fleet"),
+        ([], "exactly one of --plan and --fleet"),
+        (["--plan", "NOTAPLAN"], "is not a provision plan"),
+        (["--fleet", "UNPLANNED"], "is in no planned group"),
+        (["--fleet", "BADGPU"], "fleet group 'a100': unknown GPU 'a100pcie'"),
+        (["--fleet", "FLEET", "--serial", "zero"], "--serial 'zero' is not a host count"),
+        (["--fleet", "FLEET", "--max-fail-percentage", "120"], "between 0 and 100"),
+        (["--fleet", "FLEET", "-e", "provision_driver_version=1"], "provision_* are the plan's"),
+    ],
+)
 def test_apply_refuses_bad_input_before_touching_hosts(cli, tmp_path, args, text):
     inv = write_inventory(tmp_path, GOOD)
     plan = tmp_path / "plan.json"
     assert cli("plan", "--os", "rocky9", "--gpu", "a100-pcie", "--lock", str(plan), "--format", "json").code == 0
     (tmp_path / "notaplan.json").write_text(json.dumps({"hello": "world"}))
     fleets = {
-        "FLEET": {"groups": {"a100": {"os": "rocky9", "gpu": "a100-pcie"}, "h100": {"os": "rocky9", "gpu": "h100-sxm"}}},
+        "FLEET": {
+            "groups": {"a100": {"os": "rocky9", "gpu": "a100-pcie"}, "h100": {"os": "rocky9", "gpu": "h100-sxm"}}
+        },
         "UNPLANNED": {"groups": {"a100": {"os": "rocky9", "gpu": "a100-pcie"}}},
-        "BADGPU": {"groups": {"a100": {"os": "rocky9", "gpu": "a100pcie"}, "h100": {"os": "rocky9", "gpu": "h100-sxm"}}},
+        "BADGPU": {
+            "groups": {"a100": {"os": "rocky9", "gpu": "a100pcie"}, "h100": {"os": "rocky9", "gpu": "h100-sxm"}}
+        },
     }
     for name, doc in fleets.items():
         (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(doc))
-    subst = {"PLAN": str(plan), "NOTAPLAN": str(tmp_path / "notaplan.json"),
-             **{k: str(tmp_path / f"{k}.yaml") for k in fleets}}
+    subst = {
+        "PLAN": str(plan),
+        "NOTAPLAN": str(tmp_path / "notaplan.json"),
+        **{k: str(tmp_path / f"{k}.yaml") for k in fleets},
+    }
     run_dir = tmp_path / "run"
     r = cli("apply", "-i", inv, *[subst.get(a, a) for a in args], "--run-dir", str(run_dir))
     assert r.code == 2, r
-    assert text in r.err and "hint:" in r.err and "Traceback" not in r.err
+    assert text in r.err
+    assert "hint:" in r.err
+    assert "Traceback" not in r.err
     assert not (run_dir / "artifacts").exists(), "nothing ran"

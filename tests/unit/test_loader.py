@@ -19,13 +19,28 @@ def broken(tmp_path: Path, file: str, old: str, new: str) -> Path:
     return compat
 
 
-@pytest.mark.parametrize(("file", "old", "new", "where", "what"), [
-    ("cuda.yaml", 'min_driver: "580.95.05"', "min_driver: 580.95", "releases[0](13.0.2).min_driver", "quoted string"),
-    ("gpus.yaml", 'compute_capability: "9.0"', "compute_capability: 9.0", "gpus[1](h100-sxm).compute_capability", "quoted string"),
-    ("drivers.yaml", "type: pb", "type: stable", "branches[1](595).type", "is not one of"),
-    ("os.yaml", "pkg_manager: apt", "pkg_manager: apt, colour: blue", "os[0](ubuntu22.04)", "unknown key"),
-    ("images.yaml", "repository: nvidia/cuda\n", "", "", "'repository' is a required property"),
-])
+@pytest.mark.parametrize(
+    ("file", "old", "new", "where", "what"),
+    [
+        (
+            "cuda.yaml",
+            'min_driver: "580.95.05"',
+            "min_driver: 580.95",
+            "releases[0](13.0.2).min_driver",
+            "quoted string",
+        ),
+        (
+            "gpus.yaml",
+            'compute_capability: "9.0"',
+            "compute_capability: 9.0",
+            "gpus[1](h100-sxm).compute_capability",
+            "quoted string",
+        ),
+        ("drivers.yaml", "type: pb", "type: stable", "branches[1](595).type", "is not one of"),
+        ("os.yaml", "pkg_manager: apt", "pkg_manager: apt, colour: blue", "os[0](ubuntu22.04)", "unknown key"),
+        ("images.yaml", "repository: nvidia/cuda\n", "", "", "'repository' is a required property"),
+    ],
+)
 def test_schema_errors_name_file_and_key(tmp_path, file, old, new, where, what):
     compat = broken(tmp_path, file, old, new)
     with pytest.raises(CompatDataError) as info:
@@ -37,14 +52,27 @@ def test_schema_errors_name_file_and_key(tmp_path, file, old, new, where, what):
     assert what in err.message
 
 
-@pytest.mark.parametrize(("file", "old", "new", "what"), [
-    ("gpus.yaml", "architecture: hopper", "architecture: kepler", "unknown architecture 'kepler'"),
-    ("cuda.yaml", "source: fixture}\n  - {version: \"13.0.0\"", "source: nowhere}\n  - {version: \"13.0.0\"", "unknown source 'nowhere'"),
-    ("drivers.yaml", '{version: "595.91.07"', '{version: "596.91.07"', "is not a 595 release"),
-    ("cuda.yaml", '"13.0.2"', '"11.0.2"', "newest first"),
-    ("gpus.yaml", "members: [a100-pcie-80gb, h100-sxm]", "members: [a100-pcie-80gb, h100-pcie]", "unknown GPU 'h100-pcie'"),
-    ("gpus.yaml", "aliases: [h100-sxm5]", "aliases: [b200]", "also used by"),
-])
+@pytest.mark.parametrize(
+    ("file", "old", "new", "what"),
+    [
+        ("gpus.yaml", "architecture: hopper", "architecture: kepler", "unknown architecture 'kepler'"),
+        (
+            "cuda.yaml",
+            'source: fixture}\n  - {version: "13.0.0"',
+            'source: nowhere}\n  - {version: "13.0.0"',
+            "unknown source 'nowhere'",
+        ),
+        ("drivers.yaml", '{version: "595.91.07"', '{version: "596.91.07"', "is not a 595 release"),
+        ("cuda.yaml", '"13.0.2"', '"11.0.2"', "newest first"),
+        (
+            "gpus.yaml",
+            "members: [a100-pcie-80gb, h100-sxm]",
+            "members: [a100-pcie-80gb, h100-pcie]",
+            "unknown GPU 'h100-pcie'",
+        ),
+        ("gpus.yaml", "aliases: [h100-sxm5]", "aliases: [b200]", "also used by"),
+    ],
+)
 def test_invariants(tmp_path, file, old, new, what):
     compat = broken(tmp_path, file, old, new)
     with pytest.raises(CompatDataError, match=re.escape(what)) as info:

@@ -27,6 +27,7 @@ EXHAUSTIVE_SETS = ("a100-40gb", "a100-80gb", "h100-sxm5-80gb")
 
 # -- the independent oracle -------------------------------------------------------------------
 
+
 def _naive_ok(profile_set, chosen):
     """chosen: (profile, start) pairs. The model's rules, checked literally."""
     occupied = []
@@ -50,8 +51,9 @@ def oracle_valid(profile_set):
     Two instances never share a start slot, so each arrangement is one choice per slot of
     "nothing" or "an instance of P starts here"; all such choices are tried (itertools.product).
     """
-    options = [[None, *(p for p in profile_set.profiles if s in p.placements)]
-               for s in range(profile_set.memory_slices)]
+    options = [
+        [None, *(p for p in profile_set.profiles if s in p.placements)] for s in range(profile_set.memory_slices)
+    ]
     valid = set()
     for choice in product(*options):
         chosen = [(p, s) for s, p in enumerate(choice) if p is not None]
@@ -62,8 +64,10 @@ def oracle_valid(profile_set):
 
 def oracle_by_instances(profile_set, profiles):
     """A second naive oracle: every start for every instance (itertools.product), no pruning."""
-    return any(_naive_ok(profile_set, list(zip(profiles, starts, strict=True)))
-               for starts in product(*(p.placements for p in profiles)))
+    return any(
+        _naive_ok(profile_set, list(zip(profiles, starts, strict=True)))
+        for starts in product(*(p.placements for p in profiles))
+    )
 
 
 def expand(profile_set, vec):
@@ -84,6 +88,7 @@ def sets(real_matrix):
 
 
 # -- exhaustive ---------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("set_id", EXHAUSTIVE_SETS)
 def test_exhaustive_against_brute_force(sets, set_id):
@@ -128,11 +133,16 @@ def test_exhaustive_against_brute_force(sets, set_id):
                 both_sums += 1
     assert accepted == len(valid)  # every valid layout lies inside the enumeration
     elapsed = time.perf_counter() - t0
-    print(f"\n{set_id}: {checked} multisets checked ({within_compute} within {ps.compute_slices} compute slices), "
-          f"{accepted} accepted, {checked - accepted} refused "
-          f"({compute_sum_only} of them pass a compute-slice sum and limits, {both_sums} pass compute and "
-          f"memory sums), {elapsed:.2f}s")
-    assert checked > 1000 and within_compute > 250 and accepted > 100 and compute_sum_only > 10
+    print(
+        f"\n{set_id}: {checked} multisets checked ({within_compute} within {ps.compute_slices} compute slices), "
+        f"{accepted} accepted, {checked - accepted} refused "
+        f"({compute_sum_only} of them pass a compute-slice sum and limits, {both_sums} pass compute and "
+        f"memory sums), {elapsed:.2f}s"
+    )
+    assert checked > 1000
+    assert within_compute > 250
+    assert accepted > 100
+    assert compute_sum_only > 10
 
 
 @pytest.mark.parametrize("set_id", EXHAUSTIVE_SETS)
@@ -152,6 +162,7 @@ def test_fill_is_maximal_for_every_valid_layout(sets, set_id):
 
 # -- known layouts ----------------------------------------------------------------------------
 
+
 def starts(plan):
     return sorted((i.profile.name, i.start) for i in plan.instances)
 
@@ -161,11 +172,14 @@ def test_known_valid_a100_40gb(sets):
     assert starts(mig.plan_layout(ps, "4g.20gb,3g.20gb")) == [("3g.20gb", 4), ("4g.20gb", 0)]
     assert starts(mig.plan_layout(ps, "3g.20gb,3g.20gb")) == [("3g.20gb", 0), ("3g.20gb", 4)]
     plan = mig.plan_layout(ps, "3g.20gb,2g.10gb,1g.5gb,1g.5gb")
-    assert plan.compute_used == 7 and plan.memory_used == 8 and plan.free_slots == []
+    assert plan.compute_used == 7
+    assert plan.memory_used == 8
+    assert plan.free_slots == []
     plan = mig.plan_layout(ps, "4x1g.10gb")
     assert [i.start for i in plan.instances] == [6, 4, 2, 0]
     plan = mig.plan_layout(ps, "7g.40gb")
-    assert plan.instances[0].start == 0 and plan.instances[0].profile.id == 0
+    assert plan.instances[0].start == 0
+    assert plan.instances[0].profile.id == 0
 
 
 def test_issue_example_needs_the_3g_at_slot_4(sets):
@@ -181,7 +195,8 @@ def test_refused_although_slices_sum_up(sets):
     with pytest.raises(mig.MigLayoutError) as info:
         mig.plan_layout(ps, "3g.20gb,2g.10gb,1g.10gb,1g.5gb")
     exc = info.value
-    assert exc.exit_code == 2 and "does not fit on a100-40gb" in exc.message
+    assert exc.exit_code == 2
+    assert "does not fit on a100-40gb" in exc.message
     assert any(line.startswith("memory slices: 4+2+2+1 = 9") for line in exc.problems)
     assert any("finds no placement" in line for line in exc.problems)
     assert exc.completions[0] == ("3g.20gb", "2g.10gb", "1g.10gb")  # keeps 3 of 4, most compute
@@ -191,8 +206,10 @@ def test_invalid_with_valid_slice_sum_found_by_search_is_explained(sets):
     ps = sets["a100-80gb"]
     valid = oracle_valid(ps)
     candidates = [
-        vec for vec in product(*(range(p.max_instances + 1) for p in ps.profiles))
-        if vec not in valid and any(vec)
+        vec
+        for vec in product(*(range(p.max_instances + 1) for p in ps.profiles))
+        if vec not in valid
+        and any(vec)
         and sum(p.compute_slices * n for p, n in zip(ps.profiles, vec, strict=True)) <= ps.compute_slices
         and sum(n for p, n in zip(ps.profiles, vec, strict=True) if p.media) <= 1
     ]
@@ -201,7 +218,9 @@ def test_invalid_with_valid_slice_sum_found_by_search_is_explained(sets):
     with pytest.raises(mig.MigLayoutError) as info:
         mig.plan_layout(ps, expand(ps, vec))
     text = "\n".join(info.value.details)
-    assert "finds no placement" in text and "overlap" in text and "fits: --layout" in text
+    assert "finds no placement" in text
+    assert "overlap" in text
+    assert "fits: --layout" in text
 
 
 def test_placement_only_failure_names_the_blocked_instance(sets):
@@ -214,8 +233,10 @@ def test_placement_only_failure_names_the_blocked_instance(sets):
     problems = info.value.problems
     assert not any(line.startswith(("memory slices", "compute slices")) for line in problems)
     # the 2g instances go first (2g@4, 2g@2), the first 1g.10gb takes 0, the second finds 0 and 4 taken
-    assert problems[0] == ("1g.10gb #2 of 2 finds no placement: it may start at {0,4} (2 memory slots); "
-                           "start 0 overlaps 1g.10gb@0 (slots 0-1); start 4 overlaps 2g.10gb@4 (slots 4-5)")
+    assert problems[0] == (
+        "1g.10gb #2 of 2 finds no placement: it may start at {0,4} (2 memory slots); "
+        "start 0 overlaps 1g.10gb@0 (slots 0-1); start 4 overlaps 2g.10gb@4 (slots 4-5)"
+    )
     assert problems[1] == "  free slots {6,7} hold no allowed 1g.10gb placement"
     assert "none of their 2 arrangements leaves room for it" in problems[2]
     assert info.value.completions[0] == ("2g.10gb", "2g.10gb", "1g.10gb")
@@ -224,14 +245,16 @@ def test_placement_only_failure_names_the_blocked_instance(sets):
 def test_media_profile_limit(sets):
     ps = sets["a100-40gb"]
     plan = mig.plan_layout(ps, "1g.5gb+me,6x1g.5gb")
-    assert len(plan.instances) == 7 and plan.devices() == {"1g.5gb+me": 1, "1g.5gb": 6}
+    assert len(plan.instances) == 7
+    assert plan.devices() == {"1g.5gb+me": 1, "1g.5gb": 6}
     with pytest.raises(mig.MigLayoutError) as info:
         mig.plan_layout(ps, "1g.5gb+me,1g.5gb+me")
     assert info.value.completions == [("1g.5gb+me",)]
     assert mig.plan_layout(ps, "3g.20gb", fill="1g.5gb+me").filled == 1
     # two different media profiles: the one-media rule, not max_instances, refuses them
-    extra = next(p for p in ps.profiles if p.name == "2g.10gb")._replace(name="2g.10gb+me", id=None, media=True,
-                                                                          max_instances=1)
+    extra = next(p for p in ps.profiles if p.name == "2g.10gb")._replace(
+        name="2g.10gb+me", id=None, media=True, max_instances=1
+    )
     ps2 = ps._replace(profiles=(*ps.profiles, extra))
     with pytest.raises(mig.MigLayoutError) as info:
         mig.plan_layout(ps2, "1g.5gb+me,2g.10gb+me")
@@ -252,12 +275,15 @@ def test_instance_limit_and_compute(sets):
 def test_fill(sets):
     ps = sets["a100-40gb"]
     plan = mig.plan_layout(ps, None, fill="1g.5gb")
-    assert plan.filled == 7 and plan.request == () and plan.compute_used == 7
+    assert plan.filled == 7
+    assert plan.request == ()
+    assert plan.compute_used == 7
     assert mig.plan_layout(ps, "", fill="1g.10gb").filled == 4
     assert mig.plan_layout(ps, None, fill="2g.10gb").filled == 3
     assert mig.plan_layout(ps, None, fill="7g.40gb").filled == 1
     plan = mig.plan_layout(ps, "3g.20gb", fill="1g.5gb")
-    assert plan.filled == 4 and plan.devices() == {"3g.20gb": 1, "1g.5gb": 4}
+    assert plan.filled == 4
+    assert plan.devices() == {"3g.20gb": 1, "1g.5gb": 4}
     plan = mig.plan_layout(ps, "4g.20gb", fill="3g.20gb")
     assert plan.filled == 1
     assert mig.plan_layout(ps, "7g.40gb", fill="1g.5gb").filled == 0
@@ -269,11 +295,13 @@ def test_parse_layout(sets):
     ps = sets["a100-80gb"]
     names = [p.name for p in mig.parse_layout(ps, " 3G.40GB, 2x1g.10gb ,1g.10gb+ME")]
     assert names == ["3g.40gb", "1g.10gb", "1g.10gb", "1g.10gb+me"]
-    assert mig.parse_layout(ps, "") == () and mig.parse_layout(ps, None) == ()
+    assert mig.parse_layout(ps, "") == ()
+    assert mig.parse_layout(ps, None) == ()
     with pytest.raises(InputError) as info:
         mig.parse_layout(ps, "1g.5gb")
     assert "unknown MIG profile '1g.5gb' for a100-80gb" in info.value.message
-    assert "3g.40gb" in info.value.hint and len(info.value.details) == len(ps.profiles)
+    assert "3g.40gb" in info.value.hint
+    assert len(info.value.details) == len(ps.profiles)
     with pytest.raises(InputError, match="empty entry"):
         mig.parse_layout(ps, "3g.40gb,,1g.10gb")
     with pytest.raises(InputError, match="asks for no instance"):
@@ -285,25 +313,44 @@ def test_config_and_ansible_vars(sets):
     plan = mig.plan_layout(ps, "3g.40gb,2g.20gb,1g.10gb,1g.10gb", gpu="h100-sxm")
     assert plan.name == "provision-h100-sxm-3g.40gb-2g.20gb-2x1g.10gb"
     cfg = parted.mig_parted_config(plan)
-    assert cfg == {"version": "v1", "mig-configs": {plan.name: [
-        {"devices": "all", "mig-enabled": True, "mig-devices": {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}}]}}
+    assert cfg == {
+        "version": "v1",
+        "mig-configs": {
+            plan.name: [
+                {"devices": "all", "mig-enabled": True, "mig-devices": {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}}
+            ]
+        },
+    }
     assert yaml.safe_load(parted.mig_parted_yaml(plan)) == cfg
     assert '"3g.40gb": 1' in parted.mig_parted_yaml(plan)
     av = parted.ansible_vars(plan)
     assert set(av) == {
-        "provision_mig_enabled", "provision_mig_gpu", "provision_mig_profile_set",
-        "provision_mig_placements_confirmed", "provision_mig_config_name", "provision_mig_config",
-        "provision_mig_devices", "provision_mig_layout", "provision_mig_cgi",
+        "provision_mig_enabled",
+        "provision_mig_gpu",
+        "provision_mig_profile_set",
+        "provision_mig_placements_confirmed",
+        "provision_mig_config_name",
+        "provision_mig_config",
+        "provision_mig_devices",
+        "provision_mig_layout",
+        "provision_mig_cgi",
     }
-    assert av["provision_mig_enabled"] is True and av["provision_mig_config_name"] == plan.name
+    assert av["provision_mig_enabled"] is True
+    assert av["provision_mig_config_name"] == plan.name
     assert av["provision_mig_config"] == cfg
-    assert av["provision_mig_layout"][0] == {"profile": "3g.40gb", "profile_id": 9, "placement": 4,
-                                             "memory_slices": 4, "compute_slices": 3}
+    assert av["provision_mig_layout"][0] == {
+        "profile": "3g.40gb",
+        "profile_id": 9,
+        "placement": 4,
+        "memory_slices": 4,
+        "compute_slices": 3,
+    }
     assert av["provision_mig_cgi"] == "9:4,14:2,19:1,19:0"
     doc = plan.to_dict()
     assert list(doc)[:3] == ["gpu", "profile_set", "placements_confirmed"]
     assert {"instances", "free", "mig_parted", "ansible_vars"} <= set(doc)
-    assert json.loads(json.dumps(doc)) == doc and yaml.safe_load(yaml.safe_dump(doc)) == doc
+    assert json.loads(json.dumps(doc)) == doc
+    assert yaml.safe_load(yaml.safe_dump(doc)) == doc
     filtered = mig.plan_layout(ps, "7g.80gb", pci_device_ids=("0x2330",), device_filter=True)
     (entry,) = parted.mig_parted_config(filtered)["mig-configs"][filtered.name]
     assert entry["device-filter"] == ["0x233010DE"]
@@ -314,7 +361,8 @@ def test_config_names(sets):
     ps = sets["a100-40gb"]
     assert mig.plan_layout(ps, "1g.5gb+me", gpu="a100-40gb").name == "provision-a100-40gb-1g.5gb.me"
     long = mig.plan_layout(ps, "2g.10gb,1g.10gb,1g.5gb,1g.5gb+me,1g.5gb,1g.5gb", gpu="a100-sxm4-40gb")
-    assert len(long.name) <= 63 and long.name.startswith("provision-a100-sxm4-40gb-")
+    assert len(long.name) <= 63
+    assert long.name.startswith("provision-a100-sxm4-40gb-")
     assert mig.plan_layout(ps, "7g.40gb", name="full").name == "full"
     with pytest.raises(InputError, match="not a usable mig-parted config name"):
         mig.plan_layout(ps, "7g.40gb", name="bad name")
@@ -322,20 +370,33 @@ def test_config_names(sets):
 
 def test_every_mig_gpu_resolves_and_plans(real_matrix):
     capable = mig.mig_capable(real_matrix)
-    for gpu in ["a100-80gb", "a100-40gb", "a100-pcie-80gb", "a100-sxm4-40gb", "h100-sxm", "h100-pcie", "h200",
-                "b200", "h100-sxm5"]:
+    for gpu in [
+        "a100-80gb",
+        "a100-40gb",
+        "a100-pcie-80gb",
+        "a100-sxm4-40gb",
+        "h100-sxm",
+        "h100-pcie",
+        "h200",
+        "b200",
+        "h100-sxm5",
+    ]:
         canonical, ps, members = mig.gpu_profile_set(real_matrix, gpu)
-        assert canonical in capable and members
+        assert canonical in capable
+        assert members
         plan = mig.plan_layout(ps, None, fill=ps.profiles[0].name, gpu=canonical)
         assert plan.filled == 7
-    assert "t4" not in capable and "a100-pcie" not in capable
+    assert "t4" not in capable
+    assert "a100-pcie" not in capable
 
 
 # -- the command ---------------------------------------------------------------------------------
 
+
 def run(*args):
-    result = CliRunner().invoke(mig_group, ["plan", *args], obj={"debug": False, "compat_dir": None},
-                                catch_exceptions=True)
+    result = CliRunner().invoke(
+        mig_group, ["plan", *args], obj={"debug": False, "compat_dir": None}, catch_exceptions=True
+    )
     return result
 
 
@@ -343,30 +404,51 @@ def test_cli_yaml_and_json():
     r = run("--gpu", "h100-sxm", "--layout", "3g.40gb,2g.20gb,1g.10gb,1g.10gb")
     assert r.exit_code == 0, r.output
     doc = yaml.safe_load(r.stdout)
-    assert doc["gpu"] == "h100-sxm" and doc["profile_set"] == "h100-sxm5-80gb" and doc["placements_confirmed"]
-    assert doc["mig_parted"]["version"] == "v1" and "mig-configs" in doc["mig_parted"]
+    assert doc["gpu"] == "h100-sxm"
+    assert doc["profile_set"] == "h100-sxm5-80gb"
+    assert doc["placements_confirmed"]
+    assert doc["mig_parted"]["version"] == "v1"
+    assert "mig-configs" in doc["mig_parted"]
     assert doc["free"] == {"compute_slices": 0, "memory_slices": 0, "memory_slots": [], "can_add": {}}
     assert r.stderr == ""
     r = run("--gpu", "a100-80gb", "--fill", "1g.10gb", "--format", "json")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
-    assert doc["fill"] == {"profile": "1g.10gb", "added": 7} and len(doc["instances"]) == 7
-    assert doc["placements_confirmed"] is False and "note" in doc
+    assert doc["fill"] == {"profile": "1g.10gb", "added": 7}
+    assert len(doc["instances"]) == 7
+    assert doc["placements_confirmed"] is False
+    assert "note" in doc
     assert "note: placements for a100-80gb come from the same die family" in r.stderr
 
 
 def test_cli_writes_files(tmp_path):
     config, vars_file = tmp_path / "mig" / "config.yaml", tmp_path / "vars.yml"
-    r = run("--gpu", "a100-sxm4-40gb", "--layout", "4g.20gb,3g.20gb", "--name", "half-half",
-            "--out-config", str(config), "--out-vars", str(vars_file))
+    r = run(
+        "--gpu",
+        "a100-sxm4-40gb",
+        "--layout",
+        "4g.20gb,3g.20gb",
+        "--name",
+        "half-half",
+        "--out-config",
+        str(config),
+        "--out-vars",
+        str(vars_file),
+    )
     assert r.exit_code == 0, r.output
     cfg = yaml.safe_load(config.read_text())
-    assert cfg == {"version": "v1", "mig-configs": {"half-half": [
-        {"devices": "all", "mig-enabled": True, "mig-devices": {"4g.20gb": 1, "3g.20gb": 1}}]}}
+    assert cfg == {
+        "version": "v1",
+        "mig-configs": {
+            "half-half": [{"devices": "all", "mig-enabled": True, "mig-devices": {"4g.20gb": 1, "3g.20gb": 1}}]
+        },
+    }
     av = yaml.safe_load(vars_file.read_text())
-    assert av["provision_mig_config_name"] == "half-half" and av["provision_mig_config"] == cfg
+    assert av["provision_mig_config_name"] == "half-half"
+    assert av["provision_mig_config"] == cfg
     assert [x["placement"] for x in av["provision_mig_layout"]] == [0, 4]
-    assert f"wrote {config}" in r.stderr and f"wrote {vars_file}" in r.stderr
+    assert f"wrote {config}" in r.stderr
+    assert f"wrote {vars_file}" in r.stderr
     r = run("--gpu", "a100-pcie-40gb", "--layout", "7g.40gb", "--device-filter", "--format", "json")
     entry = json.loads(r.stdout)["mig_parted"]["mig-configs"]["provision-a100-pcie-40gb-7g.40gb"][0]
     assert entry["device-filter"] == ["0x20F110DE", "0x20B110DE"]
@@ -374,19 +456,26 @@ def test_cli_writes_files(tmp_path):
 
 def test_cli_refusals():
     r = run("--gpu", "t4", "--layout", "1g.5gb")
-    assert isinstance(r.exception, InputError) and r.exception.exit_code == 2
-    assert r.exception.message == "t4 has no MIG" and "a100-80gb" in r.exception.hint and "h100-sxm" in r.exception.hint
+    assert isinstance(r.exception, InputError)
+    assert r.exception.exit_code == 2
+    assert r.exception.message == "t4 has no MIG"
+    assert "a100-80gb" in r.exception.hint
+    assert "h100-sxm" in r.exception.hint
     r = run("--gpu", "a100-pcie", "--layout", "1g.5gb")
-    assert isinstance(r.exception, InputError) and "different MIG layouts" in r.exception.message
+    assert isinstance(r.exception, InputError)
+    assert "different MIG layouts" in r.exception.message
     r = run("--gpu", "h100-pcie", "--layout", "3g.40gb,1g.5gb")
-    assert isinstance(r.exception, InputError) and "unknown MIG profile '1g.5gb'" in r.exception.message
+    assert isinstance(r.exception, InputError)
+    assert "unknown MIG profile '1g.5gb'" in r.exception.message
     r = run("--gpu", "a100-80gb", "--layout", "3g.40gb,3g.40gb,1g.10gb")
-    assert isinstance(r.exception, mig.MigLayoutError) and r.exception.exit_code == 2
+    assert isinstance(r.exception, mig.MigLayoutError)
+    assert r.exception.exit_code == 2
     assert r.exception.hint == "try --layout 2x3g.40gb"
     r = run("--gpu", "nosuchgpu", "--layout", "1g.5gb")
     assert isinstance(r.exception, InputError)
     r = run("--gpu", "a100-40gb", "--layout", "7g.40gb", "--fill", "1g.5gb")
-    assert r.exit_code == 0 and "no 1g.5gb fits beside the layout" in r.stderr
+    assert r.exit_code == 0
+    assert "no 1g.5gb fits beside the layout" in r.stderr
 
 
 def test_main_reports_refusal(capsys, monkeypatch, real_matrix):
@@ -396,8 +485,12 @@ def test_main_reports_refusal(capsys, monkeypatch, real_matrix):
     monkeypatch.setitem(COMMANDS, "mig", "provision.cli.mig:mig_group")  # until provision/cli.py lists it
     code = main(["mig", "plan", "--gpu", "a100-80gb", "--layout", "3g.40gb,3g.40gb,1g.10gb"])
     err = capsys.readouterr().err
-    assert code == 2 and err.startswith("error: MIG layout 2x3g.40gb,1g.10gb does not fit on a100-80gb")
-    assert "  1g.10gb finds no placement" in err and err.splitlines()[-1] == "hint: try --layout 2x3g.40gb"
+    assert code == 2
+    assert err.startswith("error: MIG layout 2x3g.40gb,1g.10gb does not fit on a100-80gb")
+    assert "  1g.10gb finds no placement" in err
+    assert err.splitlines()[-1] == "hint: try --layout 2x3g.40gb"
     assert main(["mig", "plan", "--gpu", "t4", "--fill", "1g.5gb"]) == 2
-    assert capsys.readouterr().err.splitlines() == ["error: t4 has no MIG", "hint: MIG-capable GPUs: " + ", ".join(
-        mig.mig_capable(real_matrix))]
+    assert capsys.readouterr().err.splitlines() == [
+        "error: t4 has no MIG",
+        "hint: MIG-capable GPUs: " + ", ".join(mig.mig_capable(real_matrix)),
+    ]

@@ -17,9 +17,21 @@ def plan(fixture_matrix):
 def test_contract_keys(plan):
     doc = plan.to_dict()
     assert doc["schema"] == 1
-    assert list(doc)[0] == "schema"
-    assert {"request", "os", "gpu", "driver", "cuda", "cudnn", "framework", "fabric_manager",
-            "container_toolkit", "base_image", "reasons", "digest"} <= set(doc)
+    assert next(iter(doc)) == "schema"
+    assert {
+        "request",
+        "os",
+        "gpu",
+        "driver",
+        "cuda",
+        "cudnn",
+        "framework",
+        "fabric_manager",
+        "container_toolkit",
+        "base_image",
+        "reasons",
+        "digest",
+    } <= set(doc)
     assert set(doc["os"]) >= {"id", "family"}
     assert set(doc["gpu"]) >= {"id", "name", "compute_capability"}
     assert set(doc["driver"]) >= {"branch", "version", "kernel_module", "packages"}
@@ -50,11 +62,14 @@ def test_lock_file(tmp_path, plan):
     assert read_plan(path) == plan
 
 
-@pytest.mark.parametrize(("content", "text"), [
-    ("not json", "not a plan: not JSON"),
-    ('{"hello": 1}', "is not a provision plan"),
-    ('[1, 2]', "is not a provision plan"),
-])
+@pytest.mark.parametrize(
+    ("content", "text"),
+    [
+        ("not json", "not a plan: not JSON"),
+        ('{"hello": 1}', "is not a provision plan"),
+        ("[1, 2]", "is not a provision plan"),
+    ],
+)
 def test_not_a_plan(tmp_path, content, text):
     path = tmp_path / "x.json"
     path.write_text(content)
@@ -100,26 +115,43 @@ def test_mig_layout_in_the_plan(real_matrix, tmp_path, cli):
     from provision.fleet.extravars import to_extravars
 
     plan = resolve(real_matrix, PlanRequest("ubuntu22.04", "h100-sxm", mig="3g.40gb,2g.20gb,2x1g.10gb"))
-    assert [(i.profile, i.placement) for i in plan.mig.instances] == \
-        [("3g.40gb", 4), ("2g.20gb", 2), ("1g.10gb", 1), ("1g.10gb", 0)]
-    assert plan.mig.cgi == "9:4,14:2,19:1,19:0" and plan.mig.profile_set == "h100-sxm5-80gb"
+    assert [(i.profile, i.placement) for i in plan.mig.instances] == [
+        ("3g.40gb", 4),
+        ("2g.20gb", 2),
+        ("1g.10gb", 1),
+        ("1g.10gb", 0),
+    ]
+    assert plan.mig.cgi == "9:4,14:2,19:1,19:0"
+    assert plan.mig.profile_set == "h100-sxm5-80gb"
     assert any(r.component == "mig" and "3g.40gb@4" in r.text for r in plan.reasons)
     # lock round trip keeps it, and it is part of what the digest pins
     path = tmp_path / "mig.lock.json"
     write_plan(plan, path)
     assert read_plan(path) == plan
     plain = resolve(real_matrix, PlanRequest("ubuntu22.04", "h100-sxm"))
-    assert plain.mig is None and plain.digest() != plan.digest()
-    assert plain.to_dict()["request"]["mig"] is None and plain.to_dict()["mig"] is None
+    assert plain.mig is None
+    assert plain.digest() != plan.digest()
+    assert plain.to_dict()["request"]["mig"] is None
+    assert plain.to_dict()["mig"] is None
     extravars = to_extravars(plan)
     assert extravars["provision_mig_enabled"] is True
-    assert extravars["provision_mig_layout"][0] == {"profile": "3g.40gb", "profile_id": 9, "placement": 4,
-                                                    "memory_slices": 4, "compute_slices": 3}
-    assert extravars["provision_mig_config"]["mig-configs"][plan.mig.config_name][0]["mig-devices"] == \
-        {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}
+    assert extravars["provision_mig_layout"][0] == {
+        "profile": "3g.40gb",
+        "profile_id": 9,
+        "placement": 4,
+        "memory_slices": 4,
+        "compute_slices": 3,
+    }
+    assert extravars["provision_mig_config"]["mig-configs"][plan.mig.config_name][0]["mig-devices"] == {
+        "3g.40gb": 1,
+        "2g.20gb": 1,
+        "1g.10gb": 2,
+    }
     assert to_extravars(plain)["provision_mig_enabled"] is False
     res = cli("plan", "--os", "ubuntu22.04", "--gpu", "h100-sxm", "--mig", "4g.40gb,3g.40gb")
-    assert res.code == 0 and "[mig]" in res.out and "4g.40gb@0" in res.out
+    assert res.code == 0
+    assert "[mig]" in res.out
+    assert "4g.40gb@0" in res.out
 
 
 def test_digest_of_a_plan_without_mig_is_unchanged_by_the_mig_field(plan):
@@ -136,12 +168,17 @@ def test_digest_of_a_plan_without_mig_is_unchanged_by_the_mig_field(plan):
     assert plan.digest() == "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
-@pytest.mark.parametrize("gpu, layout, message", [
-    ("t4", "1g.5gb", "t4 has no MIG"),
-    ("a100-pcie", "1g.10gb", "different MIG layouts"),
-    ("a100-40gb", "3g.20gb,3g.20gb,1g.5gb", "does not fit"),
-    ("h100-sxm", "5g.50gb", "5g.50gb"),
-])
+@pytest.mark.parametrize(
+    ("gpu", "layout", "message"),
+    [
+        ("t4", "1g.5gb", "t4 has no MIG"),
+        ("a100-pcie", "1g.10gb", "different MIG layouts"),
+        ("a100-40gb", "3g.20gb,3g.20gb,1g.5gb", "does not fit"),
+        ("h100-sxm", "5g.50gb", "5g.50gb"),
+    ],
+)
 def test_bad_mig_layouts_are_refused(cli, gpu, layout, message):
     res = cli("plan", "--os", "ubuntu22.04", "--gpu", gpu, "--mig", layout)
-    assert res.code == 2 and message in res.err and "hint:" in res.err, res
+    assert res.code == 2, res
+    assert message in res.err, res
+    assert "hint:" in res.err, res

@@ -22,11 +22,15 @@ def recorded() -> dict[str, str]:
 def test_cuda_pins_from_metadata():
     rec = recorded()
     torch = refresh.cuda_pins(rec["torch-2.5.1-cp311-cp311-manylinux1_x86_64.whl"], None)
-    assert torch["cuda_runtime"] == "12.4.127" and torch["cudnn"] == "9.1.0.70"
+    assert torch["cuda_runtime"] == "12.4.127"
+    assert torch["cudnn"] == "9.1.0.70"
     new = refresh.cuda_pins(rec["torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl"], None)
     assert new["cuda_runtime"] == "13.0.3"  # cuda-toolkit[cudart]==13.0.3
-    tf = refresh.cuda_pins(rec["tensorflow-2.20.0-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"], "and-cuda")
-    assert tf["cuda_runtime"] == "<13.0,>=12.5.82" and refresh.cuda_of(tf["cuda_runtime"]) == "12.5"
+    tf = refresh.cuda_pins(
+        rec["tensorflow-2.20.0-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"], "and-cuda"
+    )
+    assert tf["cuda_runtime"] == "<13.0,>=12.5.82"
+    assert refresh.cuda_of(tf["cuda_runtime"]) == "12.5"
     none = refresh.cuda_pins(rec["tensorflow-2.20.0-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"], None)
     assert none["cuda_runtime"] is None, "the and-cuda pins apply only with the extra"
 
@@ -38,7 +42,9 @@ def fake_index(rec: dict[str, str]):
     def fetch(url: str, headers: dict) -> bytes:
         for package in ("torch", "tensorflow"):
             if url == f"https://pypi.org/simple/{package}/":
-                files = [{"filename": n, "url": f"https://files.example/{n}"} for n in rec if n.startswith(package + "-")]
+                files = [
+                    {"filename": n, "url": f"https://files.example/{n}"} for n in rec if n.startswith(package + "-")
+                ]
                 return json.dumps({"files": files}).encode()
         if url.startswith("https://files.example/") and url.endswith(".metadata"):
             return rec[url.removeprefix("https://files.example/").removesuffix(".metadata")].encode()
@@ -63,7 +69,9 @@ def test_refresh_reproduces_the_committed_rows(tmp_path):
         for b in builds:
             match = next(o for o in old[key] if o["variant"] == b["variant"])
             drop = ("evidence",)
-            assert {k: v for k, v in b.items() if k not in drop} == {k: v for k, v in match.items() if k not in drop}, key
+            assert {k: v for k, v in b.items() if k not in drop} == {k: v for k, v in match.items() if k not in drop}, (
+                key
+            )
 
 
 def test_metadata_read_from_the_zip_by_ranges():
@@ -83,7 +91,8 @@ def test_metadata_read_from_the_zip_by_ranges():
 
 def test_dump_quotes_versions():
     text = refresh.dump({"frameworks": [{"version": "2.10"}]})
-    assert '"2.10"' in text and yaml.safe_load(text)["frameworks"][0]["version"] == "2.10"
+    assert '"2.10"' in text
+    assert yaml.safe_load(text)["frameworks"][0]["version"] == "2.10"
 
 
 def test_bad_input_file(tmp_path):
@@ -91,5 +100,5 @@ def test_bad_input_file(tmp_path):
 
     compat = make_compat(tmp_path / "c", COMPAT)
     (compat / "framework_variants.yaml").write_text("frameworks: [{id: x}]\n")
-    with pytest.raises(refresh.RefreshError, match="framework_variants.yaml"):
+    with pytest.raises(refresh.RefreshError, match=r"framework_variants\.yaml"):
         refresh.refresh(compat, fetch=lambda u, h: b"", ranged=None, log=lambda m: None)

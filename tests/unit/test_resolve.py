@@ -9,27 +9,67 @@ from provision.plan.resolve import resolve
 
 OK = [
     # (os, gpu, pins, expected fields)
-    ("rocky9", "a100-pcie-80gb", {}, {"branch": "595", "driver": "595.91.07", "module": "open", "cuda": "13.0.0",
-                                      "cudnn": "9.12.0.46", "image": "nvidia/cuda:13.0.0-runtime-rockylinux9"}),
-    ("ubuntu22.04", "a100-pcie-80gb", {}, {"driver": "595.91.07", "cuda": "13.0.2", "cudnn": None,
-                                           "packages": ["nvidia-open"]}),
-    ("ubuntu22.04", "v100-pcie", {}, {"branch": "580", "module": "proprietary", "cuda": "12.9.1",
-                                      "packages": ["cuda-drivers-580"]}),
+    (
+        "rocky9",
+        "a100-pcie-80gb",
+        {},
+        {
+            "branch": "595",
+            "driver": "595.91.07",
+            "module": "open",
+            "cuda": "13.0.0",
+            "cudnn": "9.12.0.46",
+            "image": "nvidia/cuda:13.0.0-runtime-rockylinux9",
+        },
+    ),
+    (
+        "ubuntu22.04",
+        "a100-pcie-80gb",
+        {},
+        {"driver": "595.91.07", "cuda": "13.0.2", "cudnn": None, "packages": ["nvidia-open"]},
+    ),
+    (
+        "ubuntu22.04",
+        "v100-pcie",
+        {},
+        {"branch": "580", "module": "proprietary", "cuda": "12.9.1", "packages": ["cuda-drivers-580"]},
+    ),
     ("ubuntu22.04", "h100-sxm", {}, {"fm": "nvidia-fabricmanager", "fm_version": "595.91.07"}),
     ("rocky9", "b200", {}, {"module": "open", "stream": "nvidia-driver:595-open", "fm": "nvidia-fabricmanager"}),
     ("ubuntu22.04", "a100-pcie-80gb", {"policy": "latest"}, {"branch": "610", "driver": "610.57.04"}),
-    ("ubuntu22.04", "a100-pcie-80gb", {"driver": "535"}, {"branch": "535", "module": "proprietary",
-                                                          "cuda": "12.2.2", "compat": "toolkit-driver"}),
-    ("ubuntu22.04", "a100-pcie-80gb", {"driver": "535", "cuda": "12.4"}, {"cuda": "12.4.1", "compat": "minor-version",
-                                                                          "floor": "525.60.13"}),
+    (
+        "ubuntu22.04",
+        "a100-pcie-80gb",
+        {"driver": "535"},
+        {"branch": "535", "module": "proprietary", "cuda": "12.2.2", "compat": "toolkit-driver"},
+    ),
+    (
+        "ubuntu22.04",
+        "a100-pcie-80gb",
+        {"driver": "535", "cuda": "12.4"},
+        {"cuda": "12.4.1", "compat": "minor-version", "floor": "525.60.13"},
+    ),
     ("ubuntu22.04", "a100-pcie-80gb", {"driver": "595.58.03"}, {"driver": "595.58.03"}),
     ("ubuntu22.04", "a100-pcie-80gb", {"cuda": "12.4"}, {"cuda": "12.4.1", "cudnn": "9.1.0.70"}),
     ("ubuntu22.04", "a100-pcie-80gb", {"cudnn": "9.10"}, {"cuda": "12.9.1", "cudnn": "9.10.2.21"}),
-    ("rocky9", "a100-pcie-80gb", {"framework": "pytorch==2.5.1"}, {"cuda": "12.4.1", "variant": "cu124",
-                                                                   "cudnn": "9.1.0.70", "index": None,
-                                                                   "image": "nvidia/cuda:12.4.1-base-rockylinux9"}),
-    ("ubuntu22.04", "v100-pcie", {"framework": "pytorch==2.9.1"}, {"variant": "cu126", "cuda": "12.6.3",
-                                                                   "index": "https://download.pytorch.org/whl/cu126"}),
+    (
+        "rocky9",
+        "a100-pcie-80gb",
+        {"framework": "pytorch==2.5.1"},
+        {
+            "cuda": "12.4.1",
+            "variant": "cu124",
+            "cudnn": "9.1.0.70",
+            "index": None,
+            "image": "nvidia/cuda:12.4.1-base-rockylinux9",
+        },
+    ),
+    (
+        "ubuntu22.04",
+        "v100-pcie",
+        {"framework": "pytorch==2.9.1"},
+        {"variant": "cu126", "cuda": "12.6.3", "index": "https://download.pytorch.org/whl/cu126"},
+    ),
     ("ubuntu22.04", "a100-pcie-80gb", {"framework": "pytorch"}, {"variant": "cu128", "fw_version": "2.9.1"}),
     ("ubuntu22.04", "a100-pcie-80gb", {"driver": "580", "cuda": "12.2"}, {"cuda": "12.2.2", "cudnn": None}),
 ]
@@ -37,10 +77,16 @@ OK = [
 
 def fields(plan):
     return {
-        "branch": plan.driver.branch, "driver": plan.driver.version, "module": plan.driver.kernel_module,
-        "packages": [p.name for p in plan.driver.packages], "stream": plan.driver.module_stream,
-        "cuda": plan.cuda.version, "compat": plan.cuda.compatibility, "floor": plan.driver_floor,
-        "cudnn": plan.cudnn.version if plan.cudnn else None, "image": plan.base_image,
+        "branch": plan.driver.branch,
+        "driver": plan.driver.version,
+        "module": plan.driver.kernel_module,
+        "packages": [p.name for p in plan.driver.packages],
+        "stream": plan.driver.module_stream,
+        "cuda": plan.cuda.version,
+        "compat": plan.cuda.compatibility,
+        "floor": plan.driver_floor,
+        "cudnn": plan.cudnn.version if plan.cudnn else None,
+        "image": plan.base_image,
         "fm": plan.fabric_manager.package if plan.fabric_manager else None,
         "fm_version": plan.fabric_manager.version if plan.fabric_manager else None,
         "variant": plan.framework.variant if plan.framework else None,
@@ -59,16 +105,46 @@ def test_resolves(fixture_matrix, os_id, gpu, pins, expected):
 
 REFUSED = [
     # (os, gpu, pins, text that must appear among the eliminations, text in the hint)
-    ("rocky9", "a100-pcie-80gb", {"cuda": "11.8"}, "cuda 11.8.0: no nvidia/cuda runtime image for rockylinux9", "--cuda 13.0"),
+    (
+        "rocky9",
+        "a100-pcie-80gb",
+        {"cuda": "11.8"},
+        "cuda 11.8.0: no nvidia/cuda runtime image for rockylinux9",
+        "--cuda 13.0",
+    ),
     ("ubuntu22.04", "b200", {"cuda": "12.4"}, "cannot build for sm_100", "--cuda 13.0"),
     ("ubuntu22.04", "v100-pcie", {"cuda": "13.0"}, "cannot build for sm_70", "--cuda 12.9"),
-    ("ubuntu22.04", "v100-pcie", {"driver": "595"}, "R595: does not support Volta (R580 is the last branch for it)", "--driver 580"),
+    (
+        "ubuntu22.04",
+        "v100-pcie",
+        {"driver": "595"},
+        "R595: does not support Volta (R580 is the last branch for it)",
+        "--driver 580",
+    ),
     ("ubuntu22.04", "b200", {"driver": "535"}, "predates Blackwell", "--driver"),
-    ("ubuntu22.04", "b200", {"driver": "570.86.15"}, "older than 570.133.20, the first driver confirmed for b200", "--driver"),
-    ("ubuntu22.04", "v100-pcie", {"framework": "pytorch==2.5.1", "cuda": "13.0"}, "built for CUDA 12.4, not --cuda 13.0", "--cuda 12.4"),
+    (
+        "ubuntu22.04",
+        "b200",
+        {"driver": "570.86.15"},
+        "older than 570.133.20, the first driver confirmed for b200",
+        "--driver",
+    ),
+    (
+        "ubuntu22.04",
+        "v100-pcie",
+        {"framework": "pytorch==2.5.1", "cuda": "13.0"},
+        "built for CUDA 12.4, not --cuda 13.0",
+        "--cuda 12.4",
+    ),
     ("ubuntu22.04", "a100-pcie-80gb", {"cudnn": "8"}, "no cuDNN 8.x support matrix", "drop --cudnn"),
     ("ubuntu22.04", "b200", {"framework": "pytorch==2.5.1"}, "not compiled for sm_100", "--framework pytorch==2.9.1"),
-    ("ubuntu22.04", "a100-pcie-80gb", {"framework": "tensorflow==2.12.0"}, "no cuDNN 8.x support matrix", "drop --framework"),
+    (
+        "ubuntu22.04",
+        "a100-pcie-80gb",
+        {"framework": "tensorflow==2.12.0"},
+        "no cuDNN 8.x support matrix",
+        "drop --framework",
+    ),
 ]
 
 
@@ -88,7 +164,9 @@ def test_lts_skips_feature_and_eol_branches(fixture_matrix):
     with pytest.raises(NoCompatibleStack) as info:
         resolve(fixture_matrix, PlanRequest(os="rocky9", gpu="a100-pcie-80gb", cuda="11.8"))
     skipped = [d for d in info.value.details if d.startswith("not tried")]
-    assert skipped and "R610 (new feature branch)" in skipped[0] and "R570 (end of life 2026-02)" in skipped[0]
+    assert skipped
+    assert "R610 (new feature branch)" in skipped[0]
+    assert "R570 (end of life 2026-02)" in skipped[0]
 
 
 def test_end_of_life_pin_is_used_with_a_warning(fixture_matrix):
@@ -97,22 +175,26 @@ def test_end_of_life_pin_is_used_with_a_warning(fixture_matrix):
     assert any("warning: past end of life" in r.text for r in plan.reasons)
 
 
-@pytest.mark.parametrize(("pins", "error", "text"), [
-    ({"cuda": "banana"}, BadPin, "--cuda 'banana' is not a CUDA version"),
-    ({"cuda": "10.2"}, BadPin, "CUDA 10.2 is not in the catalogue"),
-    ({"driver": "latest"}, BadPin, "neither a branch nor a release"),
-    ({"driver": "999"}, BadPin, "R999 is not in the catalogue"),
-    ({"driver": "580.1.1"}, BadPin, "580.1.1 is not a catalogued R580 release"),
-    ({"cudnn": "nine"}, BadPin, "not a cuDNN version"),
-    ({"framework": "jax==0.4"}, UnknownId, "unknown framework 'jax'"),
-    ({"framework": "pytorch==9.9.9"}, UnknownId, "PyTorch 9.9.9 is not in the catalogue"),
-    ({"framework": "pytorch=2.5.1"}, BadPin, "is not NAME or NAME==VERSION"),
-    ({"policy": "stable"}, BadPin, "unknown policy"),
-])
+@pytest.mark.parametrize(
+    ("pins", "error", "text"),
+    [
+        ({"cuda": "banana"}, BadPin, "--cuda 'banana' is not a CUDA version"),
+        ({"cuda": "10.2"}, BadPin, "CUDA 10.2 is not in the catalogue"),
+        ({"driver": "latest"}, BadPin, "neither a branch nor a release"),
+        ({"driver": "999"}, BadPin, "R999 is not in the catalogue"),
+        ({"driver": "580.1.1"}, BadPin, "580.1.1 is not a catalogued R580 release"),
+        ({"cudnn": "nine"}, BadPin, "not a cuDNN version"),
+        ({"framework": "jax==0.4"}, UnknownId, "unknown framework 'jax'"),
+        ({"framework": "pytorch==9.9.9"}, UnknownId, "PyTorch 9.9.9 is not in the catalogue"),
+        ({"framework": "pytorch=2.5.1"}, BadPin, "is not NAME or NAME==VERSION"),
+        ({"policy": "stable"}, BadPin, "unknown policy"),
+    ],
+)
 def test_bad_pins(fixture_matrix, pins, error, text):
     with pytest.raises(error, match=text) as info:
         resolve(fixture_matrix, PlanRequest(os="ubuntu22.04", gpu="a100-pcie-80gb", **pins))
-    assert info.value.exit_code == 2 and info.value.hint
+    assert info.value.exit_code == 2
+    assert info.value.hint
 
 
 def test_unknown_ids_suggest_the_nearest(fixture_matrix):
@@ -126,7 +208,8 @@ def test_unknown_ids_suggest_the_nearest(fixture_matrix):
 
 def test_alias_resolves_to_the_gpu(fixture_matrix):
     plan = resolve(fixture_matrix, PlanRequest(os="el9", gpu="h100-sxm5"))
-    assert plan.gpu.id == "h100-sxm" and plan.os.id == "rocky9"
+    assert plan.gpu.id == "h100-sxm"
+    assert plan.os.id == "rocky9"
 
 
 def test_group_with_different_setups_asks_for_one(fixture_matrix):
@@ -138,5 +221,15 @@ def test_group_with_different_setups_asks_for_one(fixture_matrix):
 def test_every_choice_has_a_reason(fixture_matrix):
     plan = resolve(fixture_matrix, PlanRequest(os="ubuntu22.04", gpu="h100-sxm", framework="pytorch==2.5.1"))
     components = {r.component for r in plan.reasons}
-    assert {"os", "gpu", "driver", "kernel-module", "cuda", "cudnn", "framework", "image",
-            "fabric-manager", "container-toolkit"} <= components
+    assert {
+        "os",
+        "gpu",
+        "driver",
+        "kernel-module",
+        "cuda",
+        "cudnn",
+        "framework",
+        "image",
+        "fabric-manager",
+        "container-toolkit",
+    } <= components

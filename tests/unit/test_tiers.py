@@ -45,6 +45,7 @@ def with_gpu(matrix, gpu_id, **changes):
 
 # -- the reference ranking ---------------------------------------------------------------------
 
+
 def test_reference_gpus_are_in_the_catalogue(real_matrix):
     ids = {g.id for g in real_matrix.gpus}
     for _, group in REFERENCE_TRAINING:
@@ -55,11 +56,10 @@ def test_reference_gpus_are_in_the_catalogue(real_matrix):
 def test_training_order_reproduces_reference_tiers(real_matrix, upper):
     pos = positions(real_matrix, "training")
     above_name, above = REFERENCE_TRAINING[upper]
-    for below_name, below in REFERENCE_TRAINING[upper + 1:]:
+    for below_name, below in REFERENCE_TRAINING[upper + 1 :]:
         worst_above = max(pos[g] for g in above)
         best_below = min(pos[g] for g in below)
-        assert worst_above < best_below, (
-            f"{above_name} must rank above {below_name}: {order(real_matrix, 'training')}")
+        assert worst_above < best_below, f"{above_name} must rank above {below_name}: {order(real_matrix, 'training')}"
 
 
 def test_training_is_the_default_and_reference_scores_strictly_separate(real_matrix):
@@ -72,10 +72,9 @@ def test_training_is_the_default_and_reference_scores_strictly_separate(real_mat
 
 def test_ranks_depend_on_specs_not_ids(real_matrix):
     """Renaming every GPU (id, name, aliases) leaves the order of the specs unchanged."""
-    renamed = real_matrix._replace(gpus=tuple(
-        g._replace(id=f"gpu{i:02d}", name=f"GPU {i}", aliases=())
-        for i, g in enumerate(real_matrix.gpus)
-    ))
+    renamed = real_matrix._replace(
+        gpus=tuple(g._replace(id=f"gpu{i:02d}", name=f"GPU {i}", aliases=()) for i, g in enumerate(real_matrix.gpus))
+    )
     index = {g.id: i for i, g in enumerate(real_matrix.gpus)}
     for workload in WORKLOADS:
         original = [f"gpu{index[g]:02d}" for g in order(real_matrix, workload)]
@@ -91,11 +90,12 @@ def test_source_has_no_per_gpu_special_cases(real_matrix):
 
 # -- other workloads -------------------------------------------------------------------------
 
+
 def test_memory_bandwidth_efficiency_orders_differ(real_matrix):
     orders = {w: order(real_matrix, w) for w in ("training", "memory", "bandwidth", "efficiency")}
     names = list(orders)
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             assert orders[a] != orders[b], f"{a} and {b} give the same order"
 
 
@@ -155,6 +155,7 @@ def test_mig_counts_for_inference(real_matrix):
 
 # -- properties: the ranks come from the data ------------------------------------------------
 
+
 def test_doubling_bandwidth_moves_a_gpu_up(real_matrix):
     gpu = real_matrix.gpu("a100-sxm4-40gb")
     faster = with_gpu(real_matrix, gpu.id, memory_bandwidth_gbs=gpu.memory_bandwidth_gbs * 2)
@@ -174,8 +175,9 @@ def test_bandwidth_just_above_the_next_gpu_overtakes_it(real_matrix, index):
     assert new[gpu.id] < new[above.id]
 
 
-@pytest.mark.parametrize("field", ["memory_gb", "memory_bandwidth_gbs", "bf16_tflops",
-                                   "fp16_tflops", "fp8_tflops", "nvlink_bandwidth_gbs"])
+@pytest.mark.parametrize(
+    "field", ["memory_gb", "memory_bandwidth_gbs", "bf16_tflops", "fp16_tflops", "fp8_tflops", "nvlink_bandwidth_gbs"]
+)
 def test_more_of_a_spec_never_lowers_a_score(real_matrix, field):
     for gpu in real_matrix.gpus:
         value = getattr(gpu, field)
@@ -190,15 +192,18 @@ def test_more_of_a_spec_never_lowers_a_score(real_matrix, field):
 
 def test_scaling_a_spec_for_every_gpu_keeps_the_order(real_matrix):
     """Normalised, unit-free: GB/s vs MB/s changes no rank."""
-    scaled = real_matrix._replace(gpus=tuple(
-        g._replace(memory_bandwidth_gbs=g.memory_bandwidth_gbs * 1000, memory_gb=g.memory_gb * 1024)
-        for g in real_matrix.gpus
-    ))
+    scaled = real_matrix._replace(
+        gpus=tuple(
+            g._replace(memory_bandwidth_gbs=g.memory_bandwidth_gbs * 1000, memory_gb=g.memory_gb * 1024)
+            for g in real_matrix.gpus
+        )
+    )
     for workload in WORKLOADS:
         assert order(scaled, workload) == order(real_matrix, workload)
 
 
 # -- every workload ------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("workload", list(WORKLOADS))
 def test_every_workload_ranks_every_gpu(real_matrix, workload):
@@ -243,6 +248,7 @@ def test_explain_shows_the_formula(workload):
 
 # -- the command -------------------------------------------------------------------------------
 
+
 def test_cli_table_default_training(gpus, real_matrix):
     r = gpus()
     assert r.code == 0, r
@@ -250,7 +256,7 @@ def test_cli_table_default_training(gpus, real_matrix):
     assert "Training" in lines[0]
     header = next(line for line in lines if line.startswith("rank"))
     assert header.split()[:5] == ["rank", "tier", "gpu", "name", "score"]
-    ids_in_order = [line.split()[2] for line in lines[lines.index(header) + 2:] if line.strip()]
+    ids_in_order = [line.split()[2] for line in lines[lines.index(header) + 2 :] if line.strip()]
     assert ids_in_order == order(real_matrix, "training")
 
 

@@ -45,8 +45,10 @@ class FakeHost:
 
 @pytest.fixture(scope="module")
 def plans(real_matrix):
-    return {"debian": resolve(real_matrix, PlanRequest("debian12", "a100-pcie")),
-            "rocky": resolve(real_matrix, PlanRequest("rocky9", "h100-sxm"))}
+    return {
+        "debian": resolve(real_matrix, PlanRequest("debian12", "a100-pcie")),
+        "rocky": resolve(real_matrix, PlanRequest("rocky9", "h100-sxm")),
+    }
 
 
 def smi_line(plan, index=0, device="0x20B510DE", persistence="Enabled", mig=("Disabled", "Disabled")):
@@ -69,9 +71,16 @@ def outcome(check, **kwargs):
 
 
 # -- parsing ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("raw, upstream", [("595.91.07-1", "595.91.07"), ("3:595.91.07-1ubuntu1", "595.91.07"),
-                                           ("1.20.0-1", "1.20.0"), ("595.91.07", "595.91.07"),
-                                           ("595.91.07-1.el9", "595.91.07")])
+@pytest.mark.parametrize(
+    ("raw", "upstream"),
+    [
+        ("595.91.07-1", "595.91.07"),
+        ("3:595.91.07-1ubuntu1", "595.91.07"),
+        ("1.20.0-1", "1.20.0"),
+        ("595.91.07", "595.91.07"),
+        ("595.91.07-1.el9", "595.91.07"),
+    ],
+)
 def test_upstream_version(raw, upstream):
     assert upstream_version(raw) == upstream
 
@@ -79,26 +88,35 @@ def test_upstream_version(raw, upstream):
 def test_smi_parse_splits_device_and_vendor(plans):
     plan = plans["debian"]
     facts = facts_for(plan, {"nvidia-smi --query-gpu": Res(0, smi_line(plan) + smi_line(plan, 1))})
-    res, gpus = facts.smi
+    _res, gpus = facts.smi
     assert [g.device_id for g in gpus] == ["0x20b5", "0x20b5"]
-    assert gpus[1].index == "1" and gpus[0].driver == plan.driver.version
+    assert gpus[1].index == "1"
+    assert gpus[0].driver == plan.driver.version
 
 
 def test_dpkg_versions_and_holds(plans):
     plan = plans["debian"]
-    script = {"dpkg-query": Res(0, "nvidia-open\t595.91.07-1\thi \nlibfoo\t1.0-1\tii \n"),
-              "apt-mark showhold": Res(0, "libfoo\n")}
+    script = {
+        "dpkg-query": Res(0, "nvidia-open\t595.91.07-1\thi \nlibfoo\t1.0-1\tii \n"),
+        "apt-mark showhold": Res(0, "libfoo\n"),
+    }
     got = facts_for(plan, script).installed(["nvidia-open", "libfoo", "absent"])
-    assert got["nvidia-open"].version == "595.91.07" and got["nvidia-open"].held
-    assert got["libfoo"].held and got["absent"].version is None and not got["absent"].held
+    assert got["nvidia-open"].version == "595.91.07"
+    assert got["nvidia-open"].held
+    assert got["libfoo"].held
+    assert got["absent"].version is None
+    assert not got["absent"].held
 
 
 def test_rpm_versions_and_versionlocks(plans):
     plan = plans["rocky"]
-    script = {"rpm -q": Res(0, "nvidia-driver\t595.91.07\t1.el9\npackage nvidia-open is not installed\n"),
-              "dnf -q versionlock": Res(0, "nvidia-driver-3:595.91.07-1.el9.*\nnvidia-driver-cuda-595.91.07-1.el9.*\n")}
+    script = {
+        "rpm -q": Res(0, "nvidia-driver\t595.91.07\t1.el9\npackage nvidia-open is not installed\n"),
+        "dnf -q versionlock": Res(0, "nvidia-driver-3:595.91.07-1.el9.*\nnvidia-driver-cuda-595.91.07-1.el9.*\n"),
+    }
     got = facts_for(plan, script).installed(["nvidia-driver", "nvidia-open", "nvidia-driver-cuda"])
-    assert got["nvidia-driver"].version == "595.91.07" and got["nvidia-driver"].held
+    assert got["nvidia-driver"].version == "595.91.07"
+    assert got["nvidia-driver"].held
     assert got["nvidia-open"].version is None
     # a lock on nvidia-driver-cuda is not a lock on nvidia-driver (and the other way round)
     assert got["nvidia-driver-cuda"].held
@@ -116,9 +134,10 @@ def test_os_check(plans):
     plan = plans["rocky"]
     good = facts_for(plan, {"cat /etc/os-release": Res(0, 'ID="rocky"\nVERSION_ID="9.4"\n')})
     assert outcome(check_system.check_os, facts=good, plan=plan)[0] == "pass"
-    bad = facts_for(plan, {"cat /etc/os-release": Res(0, "ID=ubuntu\nVERSION_ID=\"22.04\"\n")})
+    bad = facts_for(plan, {"cat /etc/os-release": Res(0, 'ID=ubuntu\nVERSION_ID="22.04"\n')})
     status, detail, _ = outcome(check_system.check_os, facts=bad, plan=plan)
-    assert status == "fail" and "ubuntu 22.04" in detail
+    assert status == "fail"
+    assert "ubuntu 22.04" in detail
 
 
 def test_kernel_module_check(plans):
@@ -126,13 +145,27 @@ def test_kernel_module_check(plans):
     line = f"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {plan.driver.version}  Release Build  (dvs-builder@U16)\n"
     ok = facts_for(plan, {"systemd-detect-virt": Res(1, "none"), "cat /proc/driver/nvidia/version": Res(0, line)})
     assert outcome(check_system.check_kernel_module, facts=ok, plan=plan)[0] == "pass"
-    old = facts_for(plan, {"systemd-detect-virt": Res(1, "none"),
-                           "cat /proc/driver/nvidia/version": Res(0, line.replace(plan.driver.version, "570.86.15"))})
+    old = facts_for(
+        plan,
+        {
+            "systemd-detect-virt": Res(1, "none"),
+            "cat /proc/driver/nvidia/version": Res(0, line.replace(plan.driver.version, "570.86.15")),
+        },
+    )
     status, detail, _ = outcome(check_system.check_kernel_module, facts=old, plan=plan)
-    assert status == "fail" and "570.86.15 is loaded" in detail
-    proprietary = facts_for(plan, {"systemd-detect-virt": Res(1, "none"),
-                                   "cat /proc/driver/nvidia/version": Res(0, line.replace("Open Kernel", "Kernel"))})
-    assert "proprietary kernel module is loaded" in outcome(check_system.check_kernel_module, facts=proprietary, plan=plan)[1]
+    assert status == "fail"
+    assert "570.86.15 is loaded" in detail
+    proprietary = facts_for(
+        plan,
+        {
+            "systemd-detect-virt": Res(1, "none"),
+            "cat /proc/driver/nvidia/version": Res(0, line.replace("Open Kernel", "Kernel")),
+        },
+    )
+    assert (
+        "proprietary kernel module is loaded"
+        in outcome(check_system.check_kernel_module, facts=proprietary, plan=plan)[1]
+    )
     missing = facts_for(plan, {"systemd-detect-virt": Res(1, "none"), "cat /proc/driver/nvidia/version": Res(1)})
     assert "not loaded" in outcome(check_system.check_kernel_module, facts=missing, plan=plan)[1]
     container = facts_for(plan, {"systemd-detect-virt": Res(0, "docker")})
@@ -142,10 +175,14 @@ def test_kernel_module_check(plans):
 def test_secure_boot_check(plans):
     plan = plans["debian"]
     target = Target("h", "ssh://h", plan)
-    host = {"od -An": Res(0, "   6   0   0   0   1\n"), "systemd-detect-virt": Res(1, "none"),
-            "modinfo -F signer nvidia": Res(0, "\n")}
+    host = {
+        "od -An": Res(0, "   6   0   0   0   1\n"),
+        "systemd-detect-virt": Res(1, "none"),
+        "modinfo -F signer nvidia": Res(0, "\n"),
+    }
     status, detail, _ = outcome(check_system.check_secure_boot, facts=facts_for(plan, host), target=target)
-    assert status == "fail" and "not signed" in detail
+    assert status == "fail"
+    assert "not signed" in detail
     host["modinfo -F signer nvidia"] = Res(0, "provision module signing key\n")
     assert outcome(check_system.check_secure_boot, facts=facts_for(plan, host), target=target)[0] == "pass"
     disabled = {"od -An": Res(0, "   6   0   0   0   0\n")}
@@ -156,10 +193,16 @@ def test_nvidia_smi_check(plans):
     plan = plans["debian"]
     ok = facts_for(plan, {"nvidia-smi --query-gpu": Res(0, smi_line(plan))})
     assert outcome(check_driver.check_nvidia_smi, facts=ok, plan=plan)[0] == "pass"
-    mismatch = facts_for(plan, {"nvidia-smi --query-gpu": Res(18, "Failed to initialize NVML: Driver/library version mismatch\n")})
+    mismatch = facts_for(
+        plan, {"nvidia-smi --query-gpu": Res(18, "Failed to initialize NVML: Driver/library version mismatch\n")}
+    )
     status, detail, evidence = outcome(check_driver.check_nvidia_smi, facts=mismatch, plan=plan)
-    assert status == "fail" and "Driver/library version mismatch" in detail and "exit 18" in evidence[0]
-    other = facts_for(plan, {"nvidia-smi --query-gpu": Res(0, smi_line(plan).replace(plan.driver.version, "580.95.05"))})
+    assert status == "fail"
+    assert "Driver/library version mismatch" in detail
+    assert "exit 18" in evidence[0]
+    other = facts_for(
+        plan, {"nvidia-smi --query-gpu": Res(0, smi_line(plan).replace(plan.driver.version, "580.95.05"))}
+    )
     assert "reports driver 580.95.05" in outcome(check_driver.check_nvidia_smi, facts=other, plan=plan)[1]
 
 
@@ -179,8 +222,10 @@ def test_gpus_check(plans):
 def test_persistence_check(plans):
     plan = plans["debian"]
     target = Target("h", "ssh://h", plan)
-    script = {"systemctl is-active nvidia-persistenced": Res(0, "active\nenabled\n"),
-              "nvidia-smi --query-gpu": Res(0, smi_line(plan))}
+    script = {
+        "systemctl is-active nvidia-persistenced": Res(0, "active\nenabled\n"),
+        "nvidia-smi --query-gpu": Res(0, smi_line(plan)),
+    }
     assert outcome(check_driver.check_persistence, facts=facts_for(plan, script), target=target)[0] == "pass"
     script["nvidia-smi --query-gpu"] = Res(0, smi_line(plan, persistence="Disabled"))
     assert "off on GPU 0" in outcome(check_driver.check_persistence, facts=facts_for(plan, script), target=target)[1]
@@ -199,21 +244,32 @@ def test_driver_packages_check(plans):
     good = facts_for(plan, {"rpm -q": Res(0, rpm), "dnf -q versionlock": Res(0, locks)})
     assert outcome(check_driver.check_driver_packages, facts=good, plan=plan, target=target)[0] == "pass"
     unlocked = facts_for(plan, {"rpm -q": Res(0, rpm), "dnf -q versionlock": Res(0, "")})
-    assert "not versionlocked" in outcome(check_driver.check_driver_packages, facts=unlocked, plan=plan, target=target)[1]
-    older = facts_for(plan, {"rpm -q": Res(0, rpm.replace(plan.driver.version, "570.195.03", 1)),
-                             "dnf -q versionlock": Res(0, locks)})
+    assert (
+        "not versionlocked" in outcome(check_driver.check_driver_packages, facts=unlocked, plan=plan, target=target)[1]
+    )
+    older = facts_for(
+        plan, {"rpm -q": Res(0, rpm.replace(plan.driver.version, "570.195.03", 1)), "dnf -q versionlock": Res(0, locks)}
+    )
     status, detail, _ = outcome(check_driver.check_driver_packages, facts=older, plan=plan, target=target)
-    assert status == "fail" and "570.195.03" in detail and f"plan pins {plan.driver.version}" in detail
+    assert status == "fail"
+    assert "570.195.03" in detail
+    assert f"plan pins {plan.driver.version}" in detail
 
 
 def test_fabric_manager_check(plans):
     sxm, pcie = plans["rocky"], plans["debian"]
-    running = {"systemctl is-active nvidia-fabricmanager": Res(0, "active\nenabled\n"),
-               "nv-fabricmanager --version": Res(0, f"Fabric Manager version is : {sxm.driver.version}\n")}
+    running = {
+        "systemctl is-active nvidia-fabricmanager": Res(0, "active\nenabled\n"),
+        "nv-fabricmanager --version": Res(0, f"Fabric Manager version is : {sxm.driver.version}\n"),
+    }
     assert outcome(check_driver.check_fabric_manager, facts=facts_for(sxm, running), plan=sxm)[0] == "pass"
     stale = dict(running, **{"nv-fabricmanager --version": Res(0, "Fabric Manager version is : 570.86.15\n")})
-    assert "must equal the driver" in outcome(check_driver.check_fabric_manager, facts=facts_for(sxm, stale), plan=sxm)[1]
-    assert "without NVSwitch" in outcome(check_driver.check_fabric_manager, facts=facts_for(pcie, running), plan=pcie)[1]
+    assert (
+        "must equal the driver" in outcome(check_driver.check_fabric_manager, facts=facts_for(sxm, stale), plan=sxm)[1]
+    )
+    assert (
+        "without NVSwitch" in outcome(check_driver.check_fabric_manager, facts=facts_for(pcie, running), plan=pcie)[1]
+    )
     absent = {"systemctl is-active nvidia-fabricmanager": Res(3, "inactive\nnot-found\n")}
     assert outcome(check_driver.check_fabric_manager, facts=facts_for(pcie, absent), plan=pcie)[0] == "pass"
 
@@ -232,12 +288,19 @@ LGI = """+-------------------------------------------------------+
 
 def test_mig_check(plans):
     plan = plans["debian"]
-    layout = {"provision_mig_enabled": True, "provision_mig_layout": [{"profile": "4g.40gb", "placement": 0},
-                                                                       {"profile": "3g.40gb", "placement": 4}]}
+    layout = {
+        "provision_mig_enabled": True,
+        "provision_mig_layout": [{"profile": "4g.40gb", "placement": 0}, {"profile": "3g.40gb", "placement": 4}],
+    }
     target = Target("h", "ssh://h", plan, mig=layout)
-    script = {"nvidia-smi --query-gpu": Res(0, smi_line(plan, mig=("Enabled", "Enabled"))), "nvidia-smi mig -lgi": Res(0, LGI)}
+    script = {
+        "nvidia-smi --query-gpu": Res(0, smi_line(plan, mig=("Enabled", "Enabled"))),
+        "nvidia-smi mig -lgi": Res(0, LGI),
+    }
     assert outcome(check_driver.check_mig, facts=facts_for(plan, script), target=target)[0] == "pass"
-    other = Target("h", "ssh://h", plan, mig=dict(layout, provision_mig_layout=[{"profile": "7g.80gb", "placement": 0}]))
+    other = Target(
+        "h", "ssh://h", plan, mig=dict(layout, provision_mig_layout=[{"profile": "7g.80gb", "placement": 0}])
+    )
     assert "planned 7g.80gb@0" in outcome(check_driver.check_mig, facts=facts_for(plan, script), target=other)[1]
     pending = dict(script, **{"nvidia-smi --query-gpu": Res(0, smi_line(plan, mig=("Disabled", "Enabled")))})
     assert "pending" in outcome(check_driver.check_mig, facts=facts_for(plan, pending), target=target)[1]
@@ -247,14 +310,27 @@ def test_mig_check(plans):
 def test_docker_runtime_check(plans):
     plan = plans["debian"]
     target = Target("h", "ssh://h", plan)
-    good = {"cat /etc/docker/daemon.json": Res(0, json.dumps({"runtimes": {"nvidia": {"path": "nvidia-container-runtime", "args": []}}}))}
+    good = {
+        "cat /etc/docker/daemon.json": Res(
+            0, json.dumps({"runtimes": {"nvidia": {"path": "nvidia-container-runtime", "args": []}}})
+        )
+    }
     assert outcome(check_containers.check_docker_runtime, facts=facts_for(plan, good), target=target)[0] == "pass"
     gone = {"cat /etc/docker/daemon.json": Res(0, '{"storage-driver": "overlay2"}')}
-    assert "no nvidia runtime" in outcome(check_containers.check_docker_runtime, facts=facts_for(plan, gone), target=target)[1]
+    assert (
+        "no nvidia runtime"
+        in outcome(check_containers.check_docker_runtime, facts=facts_for(plan, gone), target=target)[1]
+    )
     broken = {"cat /etc/docker/daemon.json": Res(0, '{"runtimes": ')}
-    assert "not valid JSON" in outcome(check_containers.check_docker_runtime, facts=facts_for(plan, broken), target=target)[1]
+    assert (
+        "not valid JSON"
+        in outcome(check_containers.check_docker_runtime, facts=facts_for(plan, broken), target=target)[1]
+    )
     default = Target("h", "ssh://h", plan, hostvars={"container_runtime_default_runtime": True})
-    assert "default-runtime" in outcome(check_containers.check_docker_runtime, facts=facts_for(plan, good), target=default)[1]
+    assert (
+        "default-runtime"
+        in outcome(check_containers.check_docker_runtime, facts=facts_for(plan, good), target=default)[1]
+    )
     containerd = Target("h", "ssh://h", plan, hostvars={"container_runtime_engine": "containerd"})
     assert outcome(check_containers.check_docker_runtime, facts=facts_for(plan, good), target=containerd)[0] == "skip"
 
@@ -263,15 +339,30 @@ def test_gpu_container_check(plans):
     plan = plans["debian"]
     target = Target("h", "ssh://h", plan)
     absent = {"docker image inspect": Res(1, "", "No such image")}
-    assert "not on the host" in outcome(check_containers.check_gpu_container, facts=facts_for(plan, absent), plan=plan, target=target)[1]
-    runs = {"docker image inspect": Res(0, "sha256:0123456789abcdef0123\n"),
-            "docker run --rm --gpus all": Res(0, "GPU 0: NVIDIA A100 80GB PCIe (UUID: GPU-1)\n")}
+    assert (
+        "not on the host"
+        in outcome(check_containers.check_gpu_container, facts=facts_for(plan, absent), plan=plan, target=target)[1]
+    )
+    runs = {
+        "docker image inspect": Res(0, "sha256:0123456789abcdef0123\n"),
+        "docker run --rm --gpus all": Res(0, "GPU 0: NVIDIA A100 80GB PCIe (UUID: GPU-1)\n"),
+    }
     host = facts_for(plan, runs)
     assert outcome(check_containers.check_gpu_container, facts=host, plan=plan, target=target)[0] == "pass"
-    assert f"docker run --rm --gpus all '{plan.base_image}' nvidia-smi -L" in host.host.ran or \
-        f"docker run --rm --gpus all {plan.base_image} nvidia-smi -L" in host.host.ran
-    fails = dict(runs, **{"docker run --rm --gpus all": Res(125, "", "could not select device driver \"\" with capabilities: [[gpu]]\n")})
-    assert "could not select device driver" in outcome(check_containers.check_gpu_container, facts=facts_for(plan, fails), plan=plan, target=target)[1]
+    assert (
+        f"docker run --rm --gpus all '{plan.base_image}' nvidia-smi -L" in host.host.ran
+        or f"docker run --rm --gpus all {plan.base_image} nvidia-smi -L" in host.host.ran
+    )
+    fails = dict(
+        runs,
+        **{
+            "docker run --rm --gpus all": Res(125, "", 'could not select device driver "" with capabilities: [[gpu]]\n')
+        },
+    )
+    assert (
+        "could not select device driver"
+        in outcome(check_containers.check_gpu_container, facts=facts_for(plan, fails), plan=plan, target=target)[1]
+    )
 
 
 def test_container_toolkit_check(plans):
@@ -279,18 +370,29 @@ def test_container_toolkit_check(plans):
     target = Target("h", "ssh://h", plan)
     v = plan.container_toolkit.version
     dpkg = "".join(f"{p.name}\t{v}-1\thi \n" for p in plan.container_toolkit.packages)
-    script = {"dpkg-query": Res(0, dpkg), "apt-mark showhold": Res(0, ""),
-              "nvidia-ctk --version": Res(0, f"NVIDIA Container Toolkit CLI version {v}\ncommit: x\n")}
-    assert outcome(check_containers.check_container_toolkit, facts=facts_for(plan, script), plan=plan, target=target)[0] == "pass"
+    script = {
+        "dpkg-query": Res(0, dpkg),
+        "apt-mark showhold": Res(0, ""),
+        "nvidia-ctk --version": Res(0, f"NVIDIA Container Toolkit CLI version {v}\ncommit: x\n"),
+    }
+    assert (
+        outcome(check_containers.check_container_toolkit, facts=facts_for(plan, script), plan=plan, target=target)[0]
+        == "pass"
+    )
     script["nvidia-ctk --version"] = Res(0, "NVIDIA Container Toolkit CLI version 1.19.1\n")
-    assert "reports 1.19.1" in outcome(check_containers.check_container_toolkit, facts=facts_for(plan, script), plan=plan, target=target)[1]
+    assert (
+        "reports 1.19.1"
+        in outcome(check_containers.check_container_toolkit, facts=facts_for(plan, script), plan=plan, target=target)[1]
+    )
 
 
 # -- reports ---------------------------------------------------------------------------------
 def sample_report():
-    results = [CheckResult("gpu-a", "nvidia-smi", "t", "pass", "", ("driver 595.91.07",), 0.1),
-               CheckResult("gpu-a", "mig", "t", "skip", "no MIG layout planned", (), 0.0),
-               CheckResult("gpu-b", "docker-runtime", "t", "fail", "no nvidia runtime <&>", ("daemon.json: {}",), 0.2)]
+    results = [
+        CheckResult("gpu-a", "nvidia-smi", "t", "pass", "", ("driver 595.91.07",), 0.1),
+        CheckResult("gpu-a", "mig", "t", "skip", "no MIG layout planned", (), 0.0),
+        CheckResult("gpu-b", "docker-runtime", "t", "fail", "no nvidia runtime <&>", ("daemon.json: {}",), 0.2),
+    ]
     return VerifyReport(["gpu-a", "gpu-b"], results, [], 1)
 
 
@@ -298,7 +400,8 @@ def test_report_json_matches_its_schema():
     doc = sample_report().to_dict()
     with open(f"{SCHEMA_DIR}/report.schema.json") as handle:
         jsonschema.validate(doc, json.load(handle))
-    assert doc["status"] == "fail" and doc["counts"] == {"pass": 1, "fail": 1, "skip": 1}
+    assert doc["status"] == "fail"
+    assert doc["counts"] == {"pass": 1, "fail": 1, "skip": 1}
     assert [h["status"] for h in doc["hosts"]] == ["pass", "fail"]
 
 
@@ -321,9 +424,17 @@ def test_report_exit_codes():
     assert sample_report().exit_code == 1
 
 
-@pytest.mark.parametrize("spec, pytest_id, match", [
-    ("local://", "local", True), ("ssh://root@gpu1:2222", "ssh://gpu1", True), ("ssh://gpu1", "ssh://gpu1", True),
-    ("ansible://gpu-a", "ansible://gpu-a", True), ("ssh://gpu1", "ssh://gpu2", False), ("local://", "ssh://local", False)])
+@pytest.mark.parametrize(
+    ("spec", "pytest_id", "match"),
+    [
+        ("local://", "local", True),
+        ("ssh://root@gpu1:2222", "ssh://gpu1", True),
+        ("ssh://gpu1", "ssh://gpu1", True),
+        ("ansible://gpu-a", "ansible://gpu-a", True),
+        ("ssh://gpu1", "ssh://gpu2", False),
+        ("local://", "ssh://local", False),
+    ],
+)
 def test_spec_matching(spec, pytest_id, match):
     assert _spec_matches(spec, pytest_id) is match
 
@@ -341,23 +452,31 @@ def test_verify_local_end_to_end(cli, tmp_path):
     assert checks["reachable"]["status"] == "pass"
     assert len(checks) == len(cli("verify", "--list").out.strip().splitlines()) - 2
     assert res.code == (1 if any(c["status"] == "fail" for c in checks.values()) else 0)
-    only = json.loads(cli("verify", "--local", "--os", "debian12", "--gpu", "a100-pcie", "--only", "os,reachable",
-                          "--format", "json").out)
+    only = json.loads(
+        cli(
+            "verify", "--local", "--os", "debian12", "--gpu", "a100-pcie", "--only", "os,reachable", "--format", "json"
+        ).out
+    )
     assert sorted(c["id"] for c in only["hosts"][0]["checks"]) == ["os", "reachable"]
 
 
-@pytest.mark.parametrize("args, message", [
-    ([], "exactly one of -i INVENTORY, --local and --host"),
-    (["--local", "--host", "ssh://x"], "exactly one of"),
-    (["--local"], "no plan"),
-    (["--local", "--os", "debian12", "--gpu", "a100-pcie", "--only", "nope"], "unknown check 'nope'"),
-    (["--host", "ftp://x", "--os", "debian12", "--gpu", "a100-pcie"], "unknown connection 'ftp'"),
-    (["-i", "/nonexistent/hosts.yml", "--plan", "p.json"], "does not exist"),
-    (["-i", "hosts.yml", "--os", "debian12", "--gpu", "t4"], "not --os/--gpu"),
-    (["--local", "--fleet", "fleet.yaml", "--os", "debian12", "--gpu", "t4"], "need -i"),
-    (["--local", "--os", "debian12", "--gpu", "t4", "--mig-vars", "/nonexistent.yml"], "cannot read"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "exactly one of -i INVENTORY, --local and --host"),
+        (["--local", "--host", "ssh://x"], "exactly one of"),
+        (["--local"], "no plan"),
+        (["--local", "--os", "debian12", "--gpu", "a100-pcie", "--only", "nope"], "unknown check 'nope'"),
+        (["--host", "ftp://x", "--os", "debian12", "--gpu", "a100-pcie"], "unknown connection 'ftp'"),
+        (["-i", "/nonexistent/hosts.yml", "--plan", "p.json"], "does not exist"),
+        (["-i", "hosts.yml", "--os", "debian12", "--gpu", "t4"], "not --os/--gpu"),
+        (["--local", "--fleet", "fleet.yaml", "--os", "debian12", "--gpu", "t4"], "need -i"),
+        (["--local", "--os", "debian12", "--gpu", "t4", "--mig-vars", "/nonexistent.yml"], "cannot read"),
+    ],
+)
 def test_verify_refuses_bad_input(cli, args, message):
     res = cli("verify", *args)
     assert res.code == 2, res
-    assert message in res.err and "hint:" in res.err and "Traceback" not in res.err
+    assert message in res.err
+    assert "hint:" in res.err
+    assert "Traceback" not in res.err

@@ -9,13 +9,16 @@ from provision.versions import (
 )
 
 
-@pytest.mark.parametrize(("low", "high"), [
-    ("570.26", "570.124.06"),
-    ("570.124.06", "580.65.06"),
-    ("12.4", "12.10"),
-    ("9.1.0.70", "9.10.2.21"),
-    ("535.54.03", "535.104.05"),
-])
+@pytest.mark.parametrize(
+    ("low", "high"),
+    [
+        ("570.26", "570.124.06"),
+        ("570.124.06", "580.65.06"),
+        ("12.4", "12.10"),
+        ("9.1.0.70", "9.10.2.21"),
+        ("535.54.03", "535.104.05"),
+    ],
+)
 def test_numeric_order(low, high):
     assert DottedVersion(low) < DottedVersion(high)
     assert DottedVersion(high) > DottedVersion(low)
@@ -34,13 +37,16 @@ def test_rejects_non_dotted(bad):
         DottedVersion(bad)
 
 
-@pytest.mark.parametrize(("spec", "inside", "outside"), [
-    (">=12.0,<13", ["12.0", "12.9.1", "12.10"], ["11.8", "13.0", "13.0.0"]),
-    (">=11.8,<11.9", ["11.8", "11.8.0"], ["11.9", "12.0", "11.7.1"]),
-    ("<590", ["580", "535"], ["590", "610"]),
-    ("==12.4", ["12.4.0"], ["12.4.1"]),
-    ("!=13.1", ["13.0"], ["13.1.0"]),
-])
+@pytest.mark.parametrize(
+    ("spec", "inside", "outside"),
+    [
+        (">=12.0,<13", ["12.0", "12.9.1", "12.10"], ["11.8", "13.0", "13.0.0"]),
+        (">=11.8,<11.9", ["11.8", "11.8.0"], ["11.9", "12.0", "11.7.1"]),
+        ("<590", ["580", "535"], ["590", "610"]),
+        ("==12.4", ["12.4.0"], ["12.4.1"]),
+        ("!=13.1", ["13.0"], ["13.1.0"]),
+    ],
+)
 def test_specs(spec, inside, outside):
     s = VersionSpec(spec)
     assert all(s.contains(v) for v in inside)

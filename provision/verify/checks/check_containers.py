@@ -14,14 +14,20 @@ from provision.verify.checks import assert_packages, check, fail
 
 @check("container-toolkit", "the NVIDIA Container Toolkit is at the planned version and held")
 def check_container_toolkit(facts, plan, target, evidence):
-    assert_packages(facts, list(plan.container_toolkit.packages),
-                    bool(target.hostvars.get("container_runtime_hold", True)), evidence)
+    assert_packages(
+        facts,
+        list(plan.container_toolkit.packages),
+        bool(target.hostvars.get("container_runtime_hold", True)),
+        evidence,
+    )
     res = facts.run("nvidia-ctk --version")
     match = re.search(r"version (\d+\.\d+\.\d+)", res.out)
     evidence(f"nvidia-ctk --version: {match.group(1) if match else res.text[:80] or res.rc}")
     if not match or match.group(1) != plan.container_toolkit.version:
-        fail(f"nvidia-ctk reports {match.group(1) if match else 'no version'}; the plan pins "
-             f"{plan.container_toolkit.version}")
+        fail(
+            f"nvidia-ctk reports {match.group(1) if match else 'no version'}; the plan pins "
+            f"{plan.container_toolkit.version}"
+        )
 
 
 @check("docker-runtime", "Docker's daemon.json registers the nvidia runtime")

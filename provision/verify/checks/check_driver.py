@@ -40,8 +40,10 @@ def check_gpus(facts, plan, target, evidence):
     evidence(f"{len(gpus)} GPU(s): {', '.join(names)}")
     foreign = [g for g in gpus if g.device_id.lower() not in wanted]
     if foreign:
-        fail(f"GPU {foreign[0].index} is {foreign[0].name} ({foreign[0].device_id}); the plan is for "
-             f"{plan.gpu.name} (PCI device {', '.join(sorted(wanted))})")
+        fail(
+            f"GPU {foreign[0].index} is {foreign[0].name} ({foreign[0].device_id}); the plan is for "
+            f"{plan.gpu.name} (PCI device {', '.join(sorted(wanted))})"
+        )
     if target.gpu_count is not None and len(gpus) != target.gpu_count:
         fail(f"{len(gpus)} GPU(s) visible; {target.gpu_count} expected (a GPU fell off the bus or is not seated?)")
 
@@ -53,7 +55,9 @@ def check_persistence(facts, target, evidence):
     active, enabled = facts.systemd("nvidia-persistenced")
     evidence(f"nvidia-persistenced: {active}, {enabled}")
     if active != "active":
-        fail(f"nvidia-persistenced is {active}: GPUs drop state between jobs (systemctl enable --now nvidia-persistenced)")
+        fail(
+            f"nvidia-persistenced is {active}: GPUs drop state between jobs (systemctl enable --now nvidia-persistenced)"
+        )
     if enabled != "enabled":
         fail(f"nvidia-persistenced is {enabled}: it will not start after a reboot")
     gpus = _need_smi(facts)
@@ -83,8 +87,10 @@ def check_fabric_manager(facts, plan, evidence):
     match = re.search(r"(\d+\.\d+(?:\.\d+)?)", res.out)
     evidence(f"nv-fabricmanager --version: {res.text.splitlines()[0] if res.text else res.rc}")
     if not match or match.group(1) != plan.fabric_manager.version:
-        fail(f"fabric manager {match.group(1) if match else 'version unknown'}; it must equal the driver "
-             f"({plan.fabric_manager.version})")
+        fail(
+            f"fabric manager {match.group(1) if match else 'version unknown'}; it must equal the driver "
+            f"({plan.fabric_manager.version})"
+        )
 
 
 _LGI = re.compile(r"\|\s+(\d+)\s+MIG\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+):(\d+)\s+\|")
@@ -114,5 +120,7 @@ def check_mig(facts, target, evidence):
         have = sorted(found.get(gpu.index, []))
         evidence(f"GPU {gpu.index} instances: " + (", ".join(f"{p}@{s}" for p, s in have) or "none"))
         if have != want:
-            fail(f"GPU {gpu.index} has {', '.join(f'{p}@{s}' for p, s in have) or 'no GPU instances'}; "
-                 f"planned {', '.join(f'{p}@{s}' for p, s in want)}")
+            fail(
+                f"GPU {gpu.index} has {', '.join(f'{p}@{s}' for p, s in have) or 'no GPU instances'}; "
+                f"planned {', '.join(f'{p}@{s}' for p, s in want)}"
+            )

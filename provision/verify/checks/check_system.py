@@ -34,8 +34,9 @@ def check_os(facts, plan, evidence):
 
 @check("secure-boot", "Secure Boot state allows the nvidia module to load")
 def check_secure_boot(facts, target, evidence):
-    path = target.hostvars.get("preflight_secure_boot_efivar",
-                               "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c")
+    path = target.hostvars.get(
+        "preflight_secure_boot_efivar", "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
+    )
     res = facts.run(f"od -An -t u1 {path}")
     if res.rc != 0:
         evidence(f"{path}: absent (legacy BIOS boot or no EFI variables)")
@@ -50,8 +51,10 @@ def check_secure_boot(facts, target, evidence):
     if signer.rc != 0:
         fail("Secure Boot is enabled and no nvidia module is installed for the running kernel")
     if not signer.out.strip():
-        fail("Secure Boot is enabled but the nvidia module is not signed: the kernel will refuse it "
-             "(set nvidia_driver_module_signing_key/cert and re-apply, or enrol a MOK)")
+        fail(
+            "Secure Boot is enabled but the nvidia module is not signed: the kernel will refuse it "
+            "(set nvidia_driver_module_signing_key/cert and re-apply, or enrol a MOK)"
+        )
     evidence(f"nvidia module signed by: {signer.out.strip()}")
 
 
@@ -59,7 +62,9 @@ def check_secure_boot(facts, target, evidence):
 def check_nouveau_blacklisted(facts, target, evidence):
     if not target.hostvars.get("nvidia_driver_blacklist_nouveau", True):
         pytest.skip("nvidia_driver_blacklist_nouveau is false for this host")
-    res = facts.run("grep -lsE '^[[:space:]]*blacklist[[:space:]]+nouveau' /etc/modprobe.d/*.conf /usr/lib/modprobe.d/*.conf")
+    res = facts.run(
+        "grep -lsE '^[[:space:]]*blacklist[[:space:]]+nouveau' /etc/modprobe.d/*.conf /usr/lib/modprobe.d/*.conf"
+    )
     if res.rc != 0 or not res.out.strip():
         fail("no modprobe.d file blacklists nouveau: it can bind the GPU before nvidia does")
     evidence("blacklisted in " + ", ".join(res.out.split()))
@@ -82,8 +87,10 @@ def check_kernel_module(facts, plan, evidence):
     kernel_check(facts)
     text = facts.read("/proc/driver/nvidia/version")
     if text is None:
-        fail("/proc/driver/nvidia/version is absent: the nvidia module is not loaded "
-             "(run provision doctor for the cause: Secure Boot, no module for this kernel, nouveau)")
+        fail(
+            "/proc/driver/nvidia/version is absent: the nvidia module is not loaded "
+            "(run provision doctor for the cause: Secure Boot, no module for this kernel, nouveau)"
+        )
     first = text.strip().splitlines()[0] if text.strip() else ""
     evidence(f"/proc/driver/nvidia/version: {first}")
     match = _NVRM.search(first + " ")
@@ -91,7 +98,9 @@ def check_kernel_module(facts, plan, evidence):
         fail(f"cannot read the module version from: {first!r}")
     flavour = "open" if match.group(1).startswith("Open") else "proprietary"
     if match.group(2) != plan.driver.version:
-        fail(f"kernel module {match.group(2)} is loaded; the plan pins {plan.driver.version} "
-             "(reboot, or reload the modules, after a driver change)")
+        fail(
+            f"kernel module {match.group(2)} is loaded; the plan pins {plan.driver.version} "
+            "(reboot, or reload the modules, after a driver change)"
+        )
     if flavour != plan.driver.kernel_module:
         fail(f"the {flavour} kernel module is loaded; the plan chose the {plan.driver.kernel_module} flavour")

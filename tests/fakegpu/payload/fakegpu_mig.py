@@ -98,7 +98,8 @@ def targets(gpu, ids):
 
 def persistenced_running():
     try:
-        pid = int(open("/run/nvidia-persistenced/nvidia-persistenced.pid").read().strip())
+        with open("/run/nvidia-persistenced/nvidia-persistenced.pid") as handle:
+            pid = int(handle.read().strip())
         os.kill(pid, 0)
         return True
     except (OSError, ValueError):
@@ -117,11 +118,15 @@ def set_mode(gpu, value, ids):
     for i in targets(gpu, ids):
         if ampere(gpu) and m[i]["current"] != want:
             m[i]["pending"] = want
-            print(f"Warning: MIG mode is in pending {'enable' if want else 'disable'} state for GPU {bus_id(int(i))}:"
-                  "In use by another client")
-            print(f"{bus_id(int(i))} is currently being used by one or more other processes (e.g. CUDA application or "
-                  "a monitoring application such as another instance of nvidia-smi). Please first kill all processes "
-                  "using the device and retry the command or reboot the system to make MIG mode effective.")
+            print(
+                f"Warning: MIG mode is in pending {'enable' if want else 'disable'} state for GPU {bus_id(int(i))}:"
+                "In use by another client"
+            )
+            print(
+                f"{bus_id(int(i))} is currently being used by one or more other processes (e.g. CUDA application or "
+                "a monitoring application such as another instance of nvidia-smi). Please first kill all processes "
+                "using the device and retry the command or reboot the system to make MIG mode effective."
+            )
         else:
             m[i] = {"current": want, "pending": want}
             print(f"{'Enabled' if want else 'Disabled'} MIG Mode for GPU {bus_id(int(i))}")
@@ -134,10 +139,12 @@ def gpu_reset(gpu, ids):
     if persistenced_running():
         for i in targets(gpu, ids):
             print(f"The following GPUs could not be reset:\n  GPU {bus_id(int(i))}: In use by another client\n")
-        print("1 device is currently being used by one or more other processes (e.g., Fabric Manager, CUDA "
-              "application, graphics application such as an X server, or a monitoring application such as another "
-              "instance of nvidia-smi). Please first kill all processes using this device and all compute "
-              "applications running in the system.")
+        print(
+            "1 device is currently being used by one or more other processes (e.g., Fabric Manager, CUDA "
+            "application, graphics application such as an X server, or a monitoring application such as another "
+            "instance of nvidia-smi). Please first kill all processes using this device and all compute "
+            "applications running in the system."
+        )
         return IN_USE
     m, inst = modes(gpu), instances(gpu)
     for i in targets(gpu, ids):
@@ -182,22 +189,39 @@ def create(gpu, spec, ids, with_ci):
             used = {s for g in current for s in range(g["start"], g["start"] + g["size"])}
             compute = sum(g["compute"] for g in current)
             starts = [int(start)] if start else prof["placements"]
-            chosen = next((s for s in starts if s in prof["placements"]
-                           and not used & set(range(s, s + prof["size"]))), None)
-            if chosen is None or compute + prof["compute"] > gpu.get("mig_compute_slices", 7) or \
-                    sum(g["profile_id"] == pid for g in current) >= prof["max"]:
+            chosen = next(
+                (s for s in starts if s in prof["placements"] and not used & set(range(s, s + prof["size"]))), None
+            )
+            if (
+                chosen is None
+                or compute + prof["compute"] > gpu.get("mig_compute_slices", 7)
+                or sum(g["profile_id"] == pid for g in current) >= prof["max"]
+            ):
                 print(f"Unable to create a GPU instance on GPU  {i} using profile {name}: Insufficient Resources")
                 print("Failed to create GPU instances: Insufficient Resources")
                 inst_all[i] = current
                 save_instances(inst_all)
                 return NOT_FOUND
             gi_id = min(set(range(1, 15)) - {g["gi"] for g in current})
-            current.append({"gi": gi_id, "profile_id": pid, "name": prof["name"], "start": chosen, "size": prof["size"],
-                            "compute": prof["compute"], "ci": with_ci})
-            print(f"Successfully created GPU instance ID  {gi_id} on GPU  {i} using profile MIG {prof['name']} (ID  {pid})")
+            current.append(
+                {
+                    "gi": gi_id,
+                    "profile_id": pid,
+                    "name": prof["name"],
+                    "start": chosen,
+                    "size": prof["size"],
+                    "compute": prof["compute"],
+                    "ci": with_ci,
+                }
+            )
+            print(
+                f"Successfully created GPU instance ID  {gi_id} on GPU  {i} using profile MIG {prof['name']} (ID  {pid})"
+            )
             if with_ci:
-                print(f"Successfully created compute instance ID  0 on GPU  {i} GPU instance ID  {gi_id} using profile "
-                      f"MIG {prof['name']} (ID  {prof['ci_profile']})")
+                print(
+                    f"Successfully created compute instance ID  0 on GPU  {i} GPU instance ID  {gi_id} using profile "
+                    f"MIG {prof['name']} (ID  {prof['ci_profile']})"
+                )
         inst_all[i] = current
     save_instances(inst_all)
     return rc
@@ -255,13 +279,17 @@ def list_gi(gpu, ids):
     if not rows:
         print("No GPU instances found: Not Found")
         return NOT_FOUND
-    out = ["+-------------------------------------------------------+",
-           "| GPU instances:                                        |",
-           "| GPU   Name             Profile  Instance   Placement  |",
-           "|                          ID       ID       Start:Size |",
-           "|=======================================================|"]
+    out = [
+        "+-------------------------------------------------------+",
+        "| GPU instances:                                        |",
+        "| GPU   Name             Profile  Instance   Placement  |",
+        "|                          ID       ID       Start:Size |",
+        "|=======================================================|",
+    ]
     for i, g in rows:
-        out.append(f"|   {i}  MIG {g['name']:<12}  {g['profile_id']:>4}  {g['gi']:>8}  {g['start']:>8}:{g['size']:<5} |")
+        out.append(
+            f"|   {i}  MIG {g['name']:<12}  {g['profile_id']:>4}  {g['gi']:>8}  {g['start']:>8}:{g['size']:<5} |"
+        )
         out.append("+-------------------------------------------------------+")
     print("\n".join(out))
     return 0
@@ -272,15 +300,19 @@ def list_ci(gpu, ids):
     if not rows:
         print("No compute instances found: Not Found")
         return NOT_FOUND
-    out = ["+--------------------------------------------------------------------+",
-           "| Compute instances:                                                 |",
-           "| GPU     GPU       Name             Profile   Instance   Placement  |",
-           "|       Instance                       ID       ID       Start:Size |",
-           "|         ID                                                         |",
-           "|====================================================================|"]
+    out = [
+        "+--------------------------------------------------------------------+",
+        "| Compute instances:                                                 |",
+        "| GPU     GPU       Name             Profile   Instance   Placement  |",
+        "|       Instance                       ID       ID       Start:Size |",
+        "|         ID                                                         |",
+        "|====================================================================|",
+    ]
     for i, g in rows:
-        out.append(f"|   {i}     {g['gi']:>3}       MIG {g['name']:<12} {profiles(gpu)[g['profile_id']]['ci_profile']:>4}"
-                   f"        0          0:{g['compute']:<5} |")
+        out.append(
+            f"|   {i}     {g['gi']:>3}       MIG {g['name']:<12} {profiles(gpu)[g['profile_id']]['ci_profile']:>4}"
+            f"        0          0:{g['compute']:<5} |"
+        )
         out.append("+--------------------------------------------------------------------+")
     print("\n".join(out))
     return 0
@@ -295,7 +327,9 @@ def list_profiles(gpu, ids, placements):
             if placements:
                 print(f"GPU  {i} Profile ID {pid:>2} Placements: {{{','.join(map(str, p['placements']))}}}:{p['size']}")
             else:
-                print(f"|   {i}  MIG {p['name']:<12} {pid:>4}  {p['max']:>2}/{p['max']:<2}  {p['memory_gib'] or 0:>8.2f}     |")
+                print(
+                    f"|   {i}  MIG {p['name']:<12} {pid:>4}  {p['max']:>2}/{p['max']:<2}  {p['memory_gib'] or 0:>8.2f}     |"
+                )
     return 0
 
 
