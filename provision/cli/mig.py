@@ -70,7 +70,9 @@ def plan_cmd(ctx, *, gpu, layout, fill, name, device_filter, fmt, out_config, ou
         _write(out_config, mig_parted_yaml(plan))
     if out_vars:
         header = f"# provision mig plan --gpu {canonical}: Ansible variables for the mig role\n"
-        _write(out_vars, header + dumps_yaml(ansible_vars(plan)))
+        from provision.fleet.extravars import dump_unsafe_yaml
+
+        _write(out_vars, header + dump_unsafe_yaml(ansible_vars(plan)))
     return 0
 
 

@@ -81,9 +81,9 @@ def plan_cmd(ctx, *, os_id, gpu, driver, cuda, cudnn, framework, policy, mig, fm
     elif fmt == "yaml":
         sys.stdout.write(dumps_yaml(p.to_dict()))
     elif fmt == "ansible":
-        from provision.fleet.extravars import to_extravars
+        from provision.fleet.extravars import dump_unsafe_yaml, to_extravars
 
-        sys.stdout.write(dumps_yaml(to_extravars(p)))
+        sys.stdout.write(dumps_yaml_unsafe_note() + dump_unsafe_yaml(to_extravars(p)))
     else:
         print_table(("component", "choice"), plan_rows(p), title=f"Plan: {p.gpu.id} on {p.os.id}")
         click.echo("\nwhy:")
@@ -92,6 +92,10 @@ def plan_cmd(ctx, *, os_id, gpu, driver, cuda, cudnn, framework, policy, mig, fm
     if lock:
         click.echo(f"wrote {lock}", err=True)
     return 0
+
+
+def dumps_yaml_unsafe_note() -> str:
+    return "# provision plan: variables for ansible-playbook -e @FILE; !unsafe: Ansible never templates them\n"
 
 
 def plan_rows(p: Plan) -> list[tuple[str, str]]:

@@ -10,8 +10,8 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from provision.errors import InputError
-from provision.fleet.extravars import to_extravars
-from provision.fleet.inventory import Inventory, check_inventory, load_fleet, load_inventory
+from provision.fleet.extravars import dump_unsafe_yaml, to_extravars
+from provision.fleet.inventory import Inventory, check_group_name, check_inventory, load_fleet, load_inventory
 from provision.plan.model import Plan, PlanRequest, read_plan
 
 
@@ -66,14 +66,13 @@ def prepare(request: ApplyRequest, *, matrix_loader: Callable[[], Any], playbook
     )
     os.makedirs(os.path.join(run_dir, "plans"), exist_ok=True)
     extravars: dict[str, Any] = {}
-    import yaml
-
     for group, plan in plans.items():
+        check_group_name(group)
         with open(os.path.join(run_dir, "plans", f"{group}.lock.json"), "w", encoding="utf-8") as handle:
             json.dump(plan.to_dict(), handle, indent=2)
         if group != "all":
             with open(os.path.join(run_dir, "plans", f"{group}.yml"), "w", encoding="utf-8") as handle:
-                yaml.safe_dump(to_extravars(plan), handle, sort_keys=True)
+                handle.write(dump_unsafe_yaml(to_extravars(plan)))
     if request.plan:
         extravars.update(to_extravars(plans["all"]))
     else:

@@ -1,4 +1,8 @@
-"""The Python <-> Ansible contract: a plan becomes the `provision_*` variables the roles read."""
+"""The Python <-> Ansible contract: a plan becomes the `provision_*` variables the roles read.
+
+Every string from a plan, a fleet file or the command line reaches Ansible tagged ``!unsafe``
+(dump_unsafe_yaml), so Ansible never templates it: a value such as ``{{ lookup('pipe', 'id') }}``
+stays that text, wherever a role uses it."""
 
 from typing import Any
 
@@ -7,6 +11,7 @@ from provision.plan.model import Plan
 
 def to_extravars(plan: Plan) -> dict[str, Any]:
     """Plan-owned variables. Every role reads these names; nothing else sets them."""
+    plan.check()
     fm = plan.fabric_manager
     return {
         "provision_plan_digest": plan.digest(),
@@ -55,3 +60,29 @@ def mig_vars(plan: Plan) -> dict[str, Any]:
         "provision_mig_cgi": mig.cgi,
         "provision_mig_config": parted_config(mig.config_name, mig.devices),
     }
+
+
+class _Unsafe(str):
+    __slots__ = ()
+
+
+def _mark(value: Any) -> Any:
+    if isinstance(value, str):
+        return _Unsafe(value)
+    if isinstance(value, dict):
+        return {str(k): _mark(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_mark(v) for v in value]
+    return value
+
+
+def dump_unsafe_yaml(variables: dict[str, Any]) -> str:
+    """Variables as the YAML Ansible reads with ``-e @FILE`` or include_vars, every string value
+    tagged ``!unsafe`` (Ansible's marker for data that must never be templated)."""
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    Dumper.add_representer(_Unsafe, lambda d, v: d.represent_scalar("!unsafe", str(v), style="'"))
+    return yaml.dump(_mark(variables), Dumper=Dumper, sort_keys=True, default_flow_style=False, width=1000)

@@ -3,6 +3,7 @@ fleet files (inventory group -> plan request), and the checks run before any hos
 
 import json
 import os
+import re
 import subprocess
 from typing import Any, NamedTuple
 
@@ -107,6 +108,20 @@ def select_hosts(inventory: Inventory, limit: str | None) -> list[str]:
     return selected
 
 
+_GROUP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
+
+
+def check_group_name(group: str) -> str:
+    """A fleet group names an inventory group and a file of the run folder: letters, digits, '_'
+    and '-' only (no separator, no '..'), as Ansible's own group names."""
+    if not _GROUP_NAME.fullmatch(group):
+        raise InputError(
+            f"fleet group {group!r} is not a usable group name",
+            hint="letters, digits, '_' and '-', starting with a letter or '_' (as Ansible group names)",
+        )
+    return group
+
+
 class FleetGroup(NamedTuple):
     group: str
     request: dict[str, Any] | None  # plan request fields (os, gpu, pins)
@@ -133,6 +148,7 @@ def load_fleet(path: str) -> list[FleetGroup]:
     out = []
     base = os.path.dirname(os.path.abspath(path))
     for group, spec in doc["groups"].items():
+        check_group_name(str(group))
         if not isinstance(spec, dict):
             raise InputError(
                 f"fleet file {path!r}: group {group!r} must map to a plan request or {{lock: FILE}}",
@@ -144,7 +160,12 @@ def load_fleet(path: str) -> list[FleetGroup]:
                     f"fleet file {path!r}: group {group!r} mixes lock with request fields",
                     hint="give either lock: FILE or os/gpu/pins",
                 )
-            out.append(FleetGroup(str(group), None, os.path.join(base, str(spec["lock"]))))
+            lock = spec["lock"]
+            if not isinstance(lock, str) or not lock.strip() or any(c in lock for c in "\0\n\r"):
+                raise InputError(
+                    f"fleet file {path!r}: group {group!r} lock must be a file path", hint="e.g. lock: a100.lock.json"
+                )
+            out.append(FleetGroup(str(group), None, os.path.join(base, lock)))
             continue
         unknown = set(spec) - allowed
         if unknown or not {"os", "gpu"} <= set(spec):

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from provision.errors import ToolingError
+from provision.fleet.extravars import dump_unsafe_yaml
 from provision.tools import tool_path
 
 REBOOT_TASK = "Reboot to activate the new driver."
@@ -122,7 +123,11 @@ def run_playbook(
             )
         return True
 
-    os.makedirs(run_dir, exist_ok=True)
+    os.makedirs(os.path.join(run_dir, "env"), exist_ok=True)
+    # ansible-runner would write these as JSON, which Ansible templates; written here as YAML with
+    # every string tagged !unsafe, they reach the play as data (ansible-runner passes -e @env/extravars).
+    with open(os.path.join(run_dir, "env", "extravars"), "w", encoding="utf-8") as handle:
+        handle.write(dump_unsafe_yaml(extravars))
     if shutil.which("ansible-playbook", path=tool_path()) is None:
         raise ToolingError(
             "ansible-playbook is not installed", hint="pip install provision (it depends on ansible-core)"
@@ -133,7 +138,6 @@ def run_playbook(
         project_dir=playbooks,
         playbook="site.yml",
         inventory=os.path.abspath(inventory),
-        extravars=extravars,
         limit=limit,
         tags=tags,
         cmdline=cmdline or None,

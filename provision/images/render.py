@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 from provision import __version__
 from provision.errors import InputError
-from provision.plan.model import Plan, nvidia_require_cuda
+from provision.plan.model import Plan, check_image_ref, nvidia_require_cuda
 from provision.resources import images_dir
 
 USER, UID = "app", 10001
@@ -95,6 +95,9 @@ def image_tags(plan: Plan, variant: str) -> tuple[str, ...]:
 def render_image(
     plan: Plan, variant: str, *, templates: str | None = None, base_image: str | None = None
 ) -> RenderedImage:
+    plan.check()
+    if base_image is not None:
+        check_image_ref(base_image, "--base-image")
     known = variants(templates)
     if variant not in known:
         raise InputError(f"unknown variant {variant!r}", hint=f"variants: {', '.join(sorted(known))}")

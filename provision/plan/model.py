@@ -4,6 +4,7 @@
 document they exchange is the contract in the README (``"schema": 1``).
 """
 
+import functools
 import hashlib
 import json
 import os
@@ -14,6 +15,7 @@ from typing import Any, NamedTuple
 from provision.errors import InputError
 
 SCHEMA_VERSION = 1
+SCHEMA_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "schema", "plan.schema.json")
 
 
 class PlanRequest(NamedTuple):
@@ -169,6 +171,12 @@ class Plan(NamedTuple):
                 f"{origin} has plan schema {doc.get('schema')!r}; this provision reads schema {SCHEMA_VERSION}",
                 hint="re-create the lock file with this version of provision plan --lock",
             )
+        if "digest" not in doc:
+            raise InputError(
+                f"{origin} has no digest: a plan without one cannot be checked for edits",
+                hint="re-create it with provision plan --lock",
+            )
+        check_document(doc, origin)
         body = {k: v for k, v in doc.items() if k != "digest"}
         try:
             plan = _load(cls, body)
@@ -176,7 +184,7 @@ class Plan(NamedTuple):
             raise InputError(
                 f"{origin} is not a valid plan ({exc})", hint="re-create it with provision plan --lock"
             ) from None
-        if "digest" in doc and doc["digest"] != plan.digest():
+        if doc["digest"] != plan.digest():
             raise InputError(
                 f"{origin} was edited after it was written (digest mismatch)",
                 hint="plans are resolved, not edited: change the pins and run provision plan --lock again",
@@ -196,9 +204,61 @@ class Plan(NamedTuple):
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
         return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
+    def check(self, origin: str = "plan") -> "Plan":
+        """The plan itself, once its document passes the plan schema (InputError naming the field if not).
+
+        Plans resolved in this process pass it by construction; the consumers that hand plan strings to
+        a template or a host (render, ci, apply, verify) call it all the same, so that no path skips it."""
+        check_document(self.to_dict(), origin)
+        return self
+
     @property
     def short_digest(self) -> str:
         return self.digest().removeprefix("sha256:")[:12]
+
+
+@functools.cache
+def _validator() -> Any:
+    import jsonschema
+
+    with open(SCHEMA_FILE, encoding="utf-8") as handle:
+        return jsonschema.Draft202012Validator(json.load(handle))
+
+
+def check_document(doc: Any, origin: str = "plan") -> None:
+    """Hold a plan document to the plan schema: unknown keys refused, every string to its pattern.
+
+    One error, naming the field and what it must be: ``driver.version: '{{ x }}' is not a version``."""
+    import jsonschema
+
+    error = jsonschema.exceptions.best_match(_validator().iter_errors(doc))
+    if error is None:
+        return
+    field = ".".join(str(p) for p in error.absolute_path) or "the document"
+    if error.validator == "pattern":
+        value = error.instance if len(error.instance) <= 80 else error.instance[:77] + "..."
+        what = f"{value!r} is not {error.schema.get('description', 'of the expected form')}"
+    elif error.validator in ("additionalProperties", "required", "enum", "const", "type"):
+        what = error.message if len(error.message) <= 200 else error.message[:197] + "..."
+    else:
+        what = f"{error.message[:160]} ({error.validator})"
+    raise InputError(
+        f"{origin}: {field}: {what}",
+        hint="plans are untrusted input and are not edited: re-create it with provision plan --lock",
+    )
+
+
+def check_image_ref(ref: str, what: str = "image") -> str:
+    """An image reference held to the plan schema's pattern (repository[:tag][@sha256:digest])."""
+    import re
+
+    pattern = _validator().schema["$defs"]["image"]["pattern"]
+    if not isinstance(ref, str) or not re.fullmatch(pattern, ref):
+        raise InputError(
+            f"{what} {ref!r} is not an image reference",
+            hint="repository[:tag][@sha256:digest], e.g. nvidia/cuda:12.4.1-base-ubuntu22.04",
+        )
+    return ref
 
 
 def nvidia_require_cuda(plan: Plan) -> str:

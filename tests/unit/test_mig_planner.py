@@ -443,7 +443,9 @@ def test_cli_writes_files(tmp_path):
             "half-half": [{"devices": "all", "mig-enabled": True, "mig-devices": {"4g.20gb": 1, "3g.20gb": 1}}]
         },
     }
-    av = yaml.safe_load(vars_file.read_text())
+    from ansible.parsing.yaml.loader import AnsibleLoader  # the file is for Ansible: !unsafe strings
+
+    av = AnsibleLoader(vars_file.read_text()).get_single_data()
     assert av["provision_mig_config_name"] == "half-half"
     assert av["provision_mig_config"] == cfg
     assert [x["placement"] for x in av["provision_mig_layout"]] == [0, 4]

@@ -98,10 +98,9 @@ def test_edited_plan_is_refused(tmp_path, plan):
 def test_missing_key(tmp_path, plan):
     doc = plan.to_dict()
     del doc["cuda"]
-    del doc["digest"]
     path = tmp_path / "p.json"
     path.write_text(json.dumps(doc))
-    with pytest.raises(InputError, match="missing plan key 'cuda'"):
+    with pytest.raises(InputError, match="'cuda' is a required property"):
         read_plan(path)
 
 
