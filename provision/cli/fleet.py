@@ -84,8 +84,13 @@ class LiveProgress:
 @click.option("--tags", help="Only run tasks with these Ansible tags.")
 @click.option("--check", is_flag=True, help="Dry run: report what would change, change nothing.")
 @click.option("--diff", is_flag=True, help="Show file differences.")
-@click.option("--serial", metavar="N|N%", help="Provision hosts in batches of N (or N%).")
-@click.option("--max-fail-percentage", type=int, metavar="P", help="Stop the run when more than P% of a batch fails.")
+@click.option("--serial", metavar="N|N%", help="Provision hosts in batches of N or N% (default 20%).")
+@click.option(
+    "--max-fail-percentage",
+    type=int,
+    metavar="P",
+    help="Stop the rollout after a batch where more than P% of hosts failed (default 0: any failure stops it).",
+)
 @click.option("--allow-disruption", is_flag=True, help="Change the driver even while processes use the GPUs.")
 @click.option("--full", is_flag=True, help="Run every task, also on hosts whose recorded state still holds.")
 @click.option(
@@ -147,14 +152,23 @@ def apply_cmd(
             request, matrix_loader=matrix_loader(ctx), playbooks=playbooks_dir(), on_event=progress
         )
     rows = [
-        (h.host, h.ok, h.changed, h.failed, h.unreachable, "yes" if h.rebooted else "no", h.cause or "")
+        (
+            h.host,
+            h.outcome,
+            h.ok,
+            h.changed,
+            h.failed,
+            h.unreachable,
+            "yes" if h.rebooted else "no",
+            h.cause or h.not_run or "",
+        )
         for h in result.hosts
     ]
     _write_summary(prepared, result, check)
     title = f"provision apply{' --check' if check else ''}: {len(result.hosts)} host(s), {result.status}"
-    print_table(("host", "ok", "changed", "failed", "unreachable", "rebooted", "cause"), rows, title=title)
+    print_table(("host", "result", "ok", "changed", "failed", "unreachable", "rebooted", "cause"), rows, title=title)
     click.echo(f"run folder: {prepared.run_dir}")
-    if not result.hosts:
+    if all(h.not_run is not None for h in result.hosts):
         click.echo(
             f"error: the playbook did not run (ansible-runner status {result.status}); see {result.artifacts}", err=True
         )
@@ -182,6 +196,8 @@ def _write_summary(prepared, result, check: bool) -> None:
                 "skipped": h.skipped,
                 "rebooted": h.rebooted,
                 "cause": h.cause,
+                "outcome": h.outcome,
+                "not_run": h.not_run,
             }
             for h in result.hosts
         },

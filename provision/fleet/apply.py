@@ -157,4 +157,15 @@ def apply(request: ApplyRequest, *, matrix_loader: Callable[[], Any], playbooks:
         diff=request.diff,
         on_event=on_event,
     )
-    return prepared, result
+    return prepared, result.with_not_run(targets(prepared, request.limit), request.max_fail_percentage)
+
+
+def targets(prepared: Prepared, limit: str | None) -> list[str]:
+    """The hosts this run meant to provision: the inventory's (or --limit's) hosts that have a plan."""
+    from provision.fleet.inventory import select_hosts
+
+    try:
+        hosts = select_hosts(prepared.inventory, limit)
+    except InputError:  # an Ansible pattern (gpu-*, a:&b) select_hosts does not read: report only what ran
+        return []
+    return [h for h in hosts if plan_of_host(prepared.inventory, prepared.plans, h) is not None]

@@ -23,10 +23,22 @@ class HostResult(NamedTuple):
     skipped: int
     rebooted: bool
     cause: str | None  # the first failed task and its message
+    not_run: str | None = None  # why a targeted host was never attempted (the rollout stopped first)
 
     @property
     def succeeded(self) -> bool:
-        return self.failed == 0 and self.unreachable == 0
+        return self.failed == 0 and self.unreachable == 0 and self.not_run is None
+
+    @property
+    def outcome(self) -> str:
+        """failed, unreachable, not run, changed or ok: one word for the summary."""
+        if self.not_run is not None:
+            return "not run"
+        if self.unreachable:
+            return "unreachable"
+        if self.failed:
+            return "failed"
+        return "changed" if self.changed else "ok"
 
 
 class RunResult(NamedTuple):
@@ -39,6 +51,24 @@ class RunResult(NamedTuple):
     @property
     def succeeded(self) -> bool:
         return self.rc == 0 and all(h.succeeded for h in self.hosts) and bool(self.hosts)
+
+    def with_not_run(self, targets: list[str], max_fail_percentage: int | None) -> "RunResult":
+        """Every targeted host in the summary: those Ansible never reached are "not run", with why."""
+        seen = {h.host for h in self.hosts}
+        missing = [t for t in targets if t not in seen]
+        if not missing:
+            return self
+        stopped = [h.host for h in self.hosts if h.failed or h.unreachable]
+        if stopped:
+            budget = 0 if max_fail_percentage is None else max_fail_percentage
+            why = (
+                f"the rollout stopped after the batch where {', '.join(stopped)} failed "
+                f"(fail budget {budget}%: --max-fail-percentage)"
+            )
+        else:
+            why = f"the run ended before this host's batch (ansible-runner status {self.status})"
+        extra = tuple(HostResult(h, 0, 0, 0, 0, 0, False, None, why) for h in missing)
+        return self._replace(hosts=tuple(sorted(self.hosts + extra)))
 
 
 class Progress(NamedTuple):

@@ -145,10 +145,35 @@ def test_serial_runs_hosts_in_batches(fleet_env, tmp_path):
     assert all(a[1] < b[0] for a, b in itertools.pairwise(ordered)), f"batches overlap: {spans}"
 
 
+def test_a_failed_batch_stops_the_rollout_and_the_rest_are_not_run(fleet_env, tmp_path):
+    """Default rollout: batches of 20% (here one host each), fail budget 0."""
+    inventory = fleet_env.inventory("rolling.yml", hosts=("gpu-d", "gpu-e", "gpu-x"))
+    rc, out, summary = run_apply(
+        "-i", str(inventory), "--fleet", str(fleet_env.fleet_file()), run_dir=tmp_path / "rolling"
+    )
+    assert rc == 1, out
+    hosts = summary["hosts"]
+    assert hosts["gpu-d"]["outcome"] == "failed"
+    assert "simulated driver install failure" in hosts["gpu-d"]["cause"]
+    for name in ("gpu-e", "gpu-x"):
+        assert hosts[name]["outcome"] == "not run", hosts[name]
+        assert "the rollout stopped after the batch where gpu-d failed" in hosts[name]["not_run"]
+    assert "not run" in out
+
+
 def test_unreachable_and_failing_hosts_do_not_stop_the_others(fleet_env, tmp_path):
+    """Opted out of the rolling default: one batch, any number of failures tolerated."""
     inventory = fleet_env.inventory("partial.yml", hosts=("gpu-d", "gpu-e", "gpu-x"))
     rc, out, summary = run_apply(
-        "-i", str(inventory), "--fleet", str(fleet_env.fleet_file()), run_dir=tmp_path / "partial"
+        "-i",
+        str(inventory),
+        "--fleet",
+        str(fleet_env.fleet_file()),
+        "--serial",
+        "100%",
+        "--max-fail-percentage",
+        "100",
+        run_dir=tmp_path / "partial",
     )
     assert rc == 1, out
     hosts = summary["hosts"]

@@ -1,0 +1,81 @@
+"""Rolling rollouts: every targeted host is in the summary, those never attempted as "not run"."""
+
+import json
+
+import pytest
+import yaml
+from support import ROOT
+
+from provision.fleet import runner
+from provision.fleet.runner import HostResult, RunResult
+
+INVENTORY = {
+    "all": {
+        "children": {
+            "a100": {"hosts": {f"n{i}": {"ansible_host": "127.0.0.1", "ansible_port": 2200 + i} for i in range(1, 6)}}
+        }
+    }
+}
+
+
+def host(name, **counts):
+    base = {"ok": 5, "changed": 0, "failed": 0, "unreachable": 0, "skipped": 0}
+    base.update(counts)
+    return HostResult(name, rebooted=False, cause="boom" if counts.get("failed") else None, **base)
+
+
+def test_hosts_after_a_failed_batch_are_not_run():
+    result = RunResult("failed", 2, (host("n1", failed=1),), "/r", "/r/a")
+    full = result.with_not_run(["n1", "n2", "n3"], None)
+    assert [h.host for h in full.hosts] == ["n1", "n2", "n3"]
+    assert [h.outcome for h in full.hosts] == ["failed", "not run", "not run"]
+    assert "stopped after the batch where n1 failed" in full.hosts[1].not_run
+    assert "fail budget 0%" in full.hosts[1].not_run
+    assert not full.succeeded
+
+
+def test_nothing_missing_changes_nothing():
+    result = RunResult("successful", 0, (host("n1", changed=2), host("n2")), "/r", "/r/a")
+    assert result.with_not_run(["n1", "n2"], 0) is result
+    assert [h.outcome for h in result.hosts] == ["changed", "ok"]
+    assert result.succeeded
+
+
+def test_site_rolls_by_default():
+    play = yaml.safe_load((ROOT / "playbooks" / "site.yml").read_text())[0]
+    assert play["serial"] == "{{ provision_serial | default('20%') }}"
+    assert play["max_fail_percentage"] == "{{ provision_max_fail_percentage | default(0) }}"
+
+
+@pytest.fixture
+def fake_runner(monkeypatch):
+    """The runner faked at the SDK edge: n1 fails in the first batch, nothing else runs."""
+    calls = {}
+
+    def run_playbook(**kwargs):
+        calls.update(kwargs)
+        return RunResult("failed", 2, (host("n1", failed=1),), kwargs["run_dir"], kwargs["run_dir"] + "/artifacts")
+
+    monkeypatch.setattr(runner, "run_playbook", run_playbook)
+    return calls
+
+
+def test_apply_summary_names_every_host(cli, tmp_path, fake_runner):
+    inv = tmp_path / "inv.yml"
+    inv.write_text(yaml.safe_dump(INVENTORY))
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(yaml.safe_dump({"groups": {"a100": {"os": "ubuntu22.04", "gpu": "a100-pcie"}}}))
+    run_dir = tmp_path / "run"
+    r = cli("apply", "-i", str(inv), "--fleet", str(fleet), "--run-dir", str(run_dir))
+    assert r.code == 1, r
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert {h: v["outcome"] for h, v in summary["hosts"].items()} == {
+        "n1": "failed",
+        "n2": "not run",
+        "n3": "not run",
+        "n4": "not run",
+        "n5": "not run",
+    }
+    assert "the rollout stopped" in summary["hosts"]["n5"]["not_run"]
+    assert "not run" in r.out
+    assert "provision_serial" not in fake_runner["extravars"], "the playbook's default (20%) applies"
