@@ -85,3 +85,84 @@ def test_decide(policy, loaded, nvidia, nouveau, changed, action):
 def test_disk_free(tmp_path):
     assert host_state.disk_free_mb(str(tmp_path)) > 0
     assert host_state.disk_free_mb(str(tmp_path / "absent")) == 0
+
+
+# -- GPU use: busy, idle or unknown (fails closed) ------------------------------------------------
+def fake_proc(tmp_path, processes):
+    """A /proc with {pid: (comm, [fd targets])}; fd links point at the given paths."""
+    proc = tmp_path / "proc"
+    for pid, (comm, targets) in processes.items():
+        fd = proc / str(pid) / "fd"
+        fd.mkdir(parents=True)
+        (proc / str(pid) / "comm").write_text(comm + "\n")
+        for i, target in enumerate(targets):
+            (fd / str(i)).symlink_to(target)
+    return str(proc)
+
+
+def test_device_users_skip_nvidia_daemons(tmp_path):
+    proc = fake_proc(
+        tmp_path,
+        {
+            100: ("python", ["/dev/null", "/dev/nvidia0"]),
+            101: ("nvidia-persiste", ["/dev/nvidiactl", "/dev/nvidia0"]),
+            102: ("nv-fabricmanage", ["/dev/nvidia-nvswitchctl"]),
+            103: ("bash", ["/dev/pts/0"]),
+            104: ("trainer", ["/dev/nvidia-uvm"]),
+        },
+    )
+    assert host_state.device_users(proc) == {100: "python", 104: "trainer"}
+
+
+def test_uvm_refcount(tmp_path):
+    (tmp_path / "nvidia_uvm").mkdir()
+    (tmp_path / "nvidia_uvm" / "refcnt").write_text("3\n")
+    assert host_state.uvm_refcount(str(tmp_path)) == 3
+    assert host_state.uvm_refcount(str(tmp_path / "absent")) == 0
+
+
+@pytest.mark.parametrize(
+    ("loaded", "pids", "error", "users", "uvm", "state", "said"),
+    [
+        (False, [], None, {}, 0, "idle", "no NVIDIA kernel module"),
+        (True, [], None, {}, 0, "idle", "no compute process"),
+        (True, [4242], None, {}, 0, "busy", "compute processes 4242"),
+        (True, [], None, {77: "python"}, 0, "busy", "python[77]"),
+        (True, [], None, {}, 2, "busy", "reference count 2"),
+        (False, [], None, {77: "sleep"}, 0, "busy", "sleep[77]"),
+        (True, [], "Failed to initialize NVML: Driver/library version mismatch", {}, 0, "unknown", "version mismatch"),
+        (False, [], "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver", {}, 0, "idle", ""),
+    ],
+)
+def test_gpu_use_fails_closed(loaded, pids, error, users, uvm, state, said):
+    got, evidence = host_state.gpu_use(loaded, pids, error, users, uvm)
+    assert got == state
+    assert said in evidence
+
+
+# -- no reboot into a kernel without the module ---------------------------------------------------
+def test_boot_kernel_follows_the_vmlinuz_link_else_the_newest(tmp_path, monkeypatch):
+    monkeypatch.setattr(host_state.shutil, "which", lambda name: None)  # no grubby: a Debian-family host
+    for v in ("5.15.0-91-generic", "5.15.0-125-generic", "5.15.0-99-generic"):
+        (tmp_path / f"vmlinuz-{v}").write_text("")
+    assert host_state.boot_kernel(str(tmp_path), "running") == "5.15.0-125-generic"
+    (tmp_path / "vmlinuz").symlink_to(tmp_path / "vmlinuz-5.15.0-99-generic")
+    assert host_state.boot_kernel(str(tmp_path), "running") == "5.15.0-99-generic"
+    assert host_state.boot_kernel(str(tmp_path / "absent"), "6.1.0-running") == "6.1.0-running"
+
+
+@pytest.mark.parametrize(
+    ("secure_boot", "module", "signer", "refused", "said"),
+    [
+        ("disabled", "/lib/modules/k/updates/dkms/nvidia.ko", None, False, ""),
+        ("enabled", "/lib/modules/k/updates/dkms/nvidia.ko", "provision MOK", False, ""),
+        ("disabled", None, None, True, "no nvidia module is built for k"),
+        ("enabled", "/lib/modules/k/updates/dkms/nvidia.ko", "", True, "is unsigned"),
+    ],
+)
+def test_boot_check(secure_boot, module, signer, refused, said):
+    why = host_state.boot_check("k", secure_boot, module, signer)
+    assert (why is not None) == refused
+    if refused:
+        assert said in why
+        assert "dkms" in why

@@ -48,6 +48,18 @@ options:
     description: Report the free space of the file system holding this path.
     type: path
     default: /
+  proc_path:
+    description: The proc file system, read for processes holding /dev/nvidia* open.
+    type: path
+    default: /proc
+  sys_module_path:
+    description: The kernel's module directory, read for the nvidia_uvm reference count.
+    type: path
+    default: /sys/module
+  boot_path:
+    description: Where the kernels that can boot are (vmlinuz-*), to find the one the next boot starts.
+    type: path
+    default: /boot
 author: provision maintainers
 """
 
@@ -74,12 +86,33 @@ gpu_processes:
   description: PIDs of processes using the GPUs (empty when nvidia-smi is absent or fails).
   type: list
   returned: always
+gpu_use:
+  description: >-
+    busy, idle or unknown, from nvidia-smi's compute processes, the processes holding /dev/nvidia*
+    open (NVIDIA's daemons aside) and the nvidia_uvm reference count; unknown when nvidia-smi fails
+    while the driver is loaded, since then nothing rules out a running job.
+  type: str
+  returned: always
+gpu_use_evidence:
+  description: What gpu_use was decided from, in a line.
+  type: str
+  returned: always
+boot_kernel:
+  description: The kernel the next boot starts (when the decision is a reboot).
+  type: str
+  returned: when action is reboot or refuse
+boot_module:
+  description: The nvidia module built for boot_kernel (modinfo -k), or null.
+  type: str
+  returned: when action is reboot or refuse
 disk_free_mb:
   description: Free MiB (for unprivileged users) on the file system holding disk_path.
   type: int
   returned: always
 action:
-  description: none, load or reboot.
+  description: >-
+    none, load or reboot; refuse when a reboot is needed but the kernel that would boot has no
+    nvidia module (or, under Secure Boot, only an unsigned one).
   type: str
   returned: when reboot_policy is given
 reason:
@@ -151,6 +184,120 @@ def gpu_processes(nvidia_smi):
     return [int(x) for x in proc.stdout.split() if x.strip().isdigit()], None
 
 
+# The device nodes a CUDA job opens; NVIDIA's own daemons hold them too and do not count as use.
+_DEVICE = re.compile(r"^/dev/nvidia(\d+|ctl|-uvm|-uvm-tools|-modeset|-caps/.+)$")
+_DAEMONS = ("nvidia-persiste", "nv-fabricmanage", "nvidia-powerd", "nv-hostengine", "nvidia-smi")
+
+
+def device_users(proc_path):
+    """{pid: command} of processes holding an NVIDIA device node open, NVIDIA's daemons aside."""
+    users = {}
+    try:
+        pids = [p for p in os.listdir(proc_path) if p.isdigit()]
+    except OSError:
+        return users
+    for pid in pids:
+        fd_dir = os.path.join(proc_path, pid, "fd")
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(os.path.join(fd_dir, fd))
+            except OSError:
+                continue
+            if _DEVICE.match(target):
+                comm = (_read(os.path.join(proc_path, pid, "comm")) or "?").strip()
+                if not comm.startswith(_DAEMONS):
+                    users[int(pid)] = comm
+                break
+    return users
+
+
+def uvm_refcount(sys_module_path):
+    """nvidia_uvm's reference count: every CUDA context holds /dev/nvidia-uvm open."""
+    try:
+        return int((_read(os.path.join(sys_module_path, "nvidia_uvm", "refcnt")) or "0").strip())
+    except ValueError:
+        return 0
+
+
+def gpu_use(nvidia_loaded, smi_pids, smi_error, users, uvm_refs):
+    """(busy | idle | unknown, evidence): fails closed when nvidia-smi errors with the driver loaded."""
+    evidence = []
+    if smi_pids:
+        evidence.append("nvidia-smi lists compute processes %s" % ", ".join(str(p) for p in smi_pids))
+    if users:
+        evidence.append("/dev/nvidia* held open by %s" % ", ".join("%s[%d]" % (c, p) for p, c in sorted(users.items())))
+    if uvm_refs > 0:
+        evidence.append("nvidia_uvm is in use (reference count %d)" % uvm_refs)
+    if evidence:
+        return "busy", "; ".join(evidence)
+    if not nvidia_loaded:
+        return "idle", "no NVIDIA kernel module is loaded and no process holds an NVIDIA device"
+    if smi_error is not None:
+        first = smi_error.strip().splitlines()[0][:200] if smi_error.strip() else "no output"
+        return "unknown", "nvidia-smi failed (%s): running jobs cannot be ruled out" % first
+    return "idle", "no compute process (nvidia-smi), no /dev/nvidia* user, nvidia_uvm unused"
+
+
+def _version_key(name):
+    return [int(x) if x.isdigit() else x for x in re.split(r"(\d+)", name)]
+
+
+def boot_kernel(boot_path, running):
+    """The kernel the next boot starts: grubby's default (EL), /boot/vmlinuz's target (Debian,
+    Ubuntu), else the newest /boot/vmlinuz-*, else the running one."""
+    exe = shutil.which("grubby")
+    if exe:
+        try:
+            out = subprocess.run([exe, "--default-kernel"], capture_output=True, text=True, timeout=30, check=False)
+            name = os.path.basename(out.stdout.strip())
+            if out.returncode == 0 and name.startswith("vmlinuz-"):
+                return name[len("vmlinuz-"):]
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    link = os.path.join(boot_path, "vmlinuz")
+    if os.path.islink(link):
+        name = os.path.basename(os.path.realpath(link))
+        if name.startswith("vmlinuz-"):
+            return name[len("vmlinuz-"):]
+    try:
+        kernels = [n[len("vmlinuz-"):] for n in os.listdir(boot_path) if n.startswith("vmlinuz-")]
+    except OSError:
+        kernels = []
+    return max(kernels, key=_version_key) if kernels else running
+
+
+def modinfo(kernel, field):
+    """modinfo -k KERNEL -F FIELD nvidia, or None when the module is not there for that kernel."""
+    try:
+        proc = subprocess.run(
+            ["modinfo", "-k", kernel, "-F", field, "nvidia"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def boot_check(kernel, secure_boot, module_path, signer):
+    """None when the kernel that will boot can load nvidia; else why not, and the fix."""
+    if not module_path:
+        return (
+            "no nvidia module is built for %s, the kernel the next boot starts: it would come up without "
+            "a GPU driver. Run `dkms autoinstall -k %s` (or install that kernel's headers and rerun), "
+            "or boot the running kernel by default" % (kernel, kernel)
+        )
+    if secure_boot == "enabled" and not signer:
+        return (
+            "Secure Boot is enabled and the nvidia module for %s (%s) is unsigned: it would not load. "
+            "Set nvidia_driver_module_signing_key/cert (an enrolled MOK) and rebuild it with dkms"
+            % (kernel, module_path)
+        )
+    return None
+
+
 def decide(policy, planned, loaded, nvidia_loaded, nouveau_loaded, changed):
     """How to activate the planned driver: (action, reason) with action none | load | reboot."""
     if policy == "always" and changed:
@@ -198,6 +345,9 @@ def main():
             "planned_version": {"type": "str"},
             "driver_changed": {"type": "bool", "default": False},
             "disk_path": {"type": "path", "default": "/"},
+            "proc_path": {"type": "path", "default": "/proc"},
+            "sys_module_path": {"type": "path", "default": "/sys/module"},
+            "boot_path": {"type": "path", "default": "/boot"},
         },
         supports_check_mode=True,
     )
@@ -205,6 +355,8 @@ def main():
     modules = loaded_modules(p["proc_modules_path"])
     version = loaded_version(p["driver_version_path"])
     pids, smi_error = gpu_processes(p["nvidia_smi"])
+    use, evidence = gpu_use("nvidia" in modules, pids, smi_error, device_users(p["proc_path"]),
+                            uvm_refcount(p["sys_module_path"]))
     result = {
         "changed": False,
         "gpus": nvidia_gpus(p["pci_devices_path"]),
@@ -214,6 +366,8 @@ def main():
         "loaded_version": version,
         "gpu_processes": pids,
         "nvidia_smi_error": smi_error,
+        "gpu_use": use,
+        "gpu_use_evidence": evidence,
         "disk_free_mb": disk_free_mb(p["disk_path"]),
     }
     if p["reboot_policy"]:
@@ -222,6 +376,13 @@ def main():
         result["action"], result["reason"] = decide(
             p["reboot_policy"], p["planned_version"], version, "nvidia" in modules, "nouveau" in modules,
             p["driver_changed"])
+        if result["action"] == "reboot":
+            kernel = boot_kernel(p["boot_path"], os.uname().release)
+            path = modinfo(kernel, "filename")
+            result["boot_kernel"], result["boot_module"] = kernel, path
+            refusal = boot_check(kernel, result["secure_boot"], path, modinfo(kernel, "signer") if path else None)
+            if refusal:
+                result["action"], result["reason"] = "refuse", refusal
     module.exit_json(**result)
 
 
