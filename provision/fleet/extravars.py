@@ -1,8 +1,10 @@
 """The Python <-> Ansible contract: a plan becomes the `provision_*` variables the roles read.
 
-Every string from a plan, a fleet file or the command line reaches Ansible tagged ``!unsafe``
-(dump_unsafe_yaml), so Ansible never templates it: a value such as ``{{ lookup('pipe', 'id') }}``
-stays that text, wherever a role uses it."""
+Every string from a plan, a fleet file or the command line that could hold a template (any ``{``)
+reaches Ansible tagged ``!unsafe`` (dump_unsafe_yaml), so Ansible never templates it: a value such
+as ``{{ lookup('pipe', 'id') }}`` stays that text, wherever a role uses it. Strings without a
+brace cannot be templated and stay plain quoted strings: ansible-core 2.19 resolves a ``!unsafe``
+scalar's type as if unquoted (``!unsafe '12'`` loads as the integer 12)."""
 
 from typing import Any
 
@@ -68,7 +70,7 @@ class _Unsafe(str):
 
 def _mark(value: Any) -> Any:
     if isinstance(value, str):
-        return _Unsafe(value)
+        return _Unsafe(value) if "{" in value else value
     if isinstance(value, dict):
         return {str(k): _mark(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -77,12 +79,13 @@ def _mark(value: Any) -> Any:
 
 
 def dump_unsafe_yaml(variables: dict[str, Any]) -> str:
-    """Variables as the YAML Ansible reads with ``-e @FILE`` or include_vars, every string value
-    tagged ``!unsafe`` (Ansible's marker for data that must never be templated)."""
+    """Variables as the YAML Ansible reads with ``-e @FILE`` or include_vars: every string that holds
+    a brace tagged ``!unsafe`` (Ansible's marker for data never to be templated), the rest quoted."""
     import yaml
 
     class Dumper(yaml.SafeDumper):
         pass
 
     Dumper.add_representer(_Unsafe, lambda d, v: d.represent_scalar("!unsafe", str(v), style="'"))
+    Dumper.add_representer(str, lambda d, v: d.represent_scalar("tag:yaml.org,2002:str", v, style="'"))
     return yaml.dump(_mark(variables), Dumper=Dumper, sort_keys=True, default_flow_style=False, width=1000)

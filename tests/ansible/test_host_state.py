@@ -132,6 +132,8 @@ def test_uvm_refcount(tmp_path):
         (False, [], None, {77: "sleep"}, 0, "busy", "sleep[77]"),
         (True, [], "Failed to initialize NVML: Driver/library version mismatch", {}, 0, "unknown", "version mismatch"),
         (False, [], "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver", {}, 0, "idle", ""),
+        (True, None, None, {}, 0, "unknown", "nvidia-smi is not installed"),
+        (False, None, None, {}, 0, "idle", "no NVIDIA kernel module"),
     ],
 )
 def test_gpu_use_fails_closed(loaded, pids, error, users, uvm, state, said):

@@ -27,7 +27,7 @@ def apply_full(fleet_env, run_dir, *extra):
 
 def test_a_process_holding_a_gpu_device_refuses_the_driver_change(fleet_env, tmp_path):
     exec_ = fleet_env.fleet.exec
-    exec_(HOST, "touch /dev/nvidia0 && (setsid sleep 900 3</dev/nvidia0 >/dev/null 2>&1 &) && sleep 0.5")
+    exec_(HOST, "touch /dev/nvidia0 && (setsid sleep 900 3</dev/nvidia0 >/dev/null 2>&1 & echo $! > /run/busy.pid)")
     try:
         before = fleet_env.dpkg_version(HOST, "nvidia-container-toolkit")
         rc, out, summary = apply_full(fleet_env, tmp_path / "busy")
@@ -37,12 +37,17 @@ def test_a_process_holding_a_gpu_device_refuses_the_driver_change(fleet_env, tmp
         assert "sleep[" in cause
         assert fleet_env.dpkg_version(HOST, "nvidia-container-toolkit") == before
     finally:
-        exec_(HOST, "pkill -f 'sleep 900' || true; rm -f /dev/nvidia0")
+        exec_(HOST, "kill $(cat /run/busy.pid); rm -f /dev/nvidia0 /run/busy.pid")
 
 
 def test_nvidia_smi_failing_with_the_driver_loaded_refuses_the_driver_change(fleet_env, tmp_path):
     """The state right after a half-done upgrade: the old module loaded, NVML mismatched."""
     exec_ = fleet_env.fleet.exec
+    rc, out, _ = run_apply(
+        "-i", str(fleet_env.inventory()), "--fleet", str(fleet_env.fleet_file()), "--limit", HOST,
+        run_dir=tmp_path / "converge",
+    )  # fmt: skip
+    assert rc == 0, out
     original = exec_(HOST, "cat /etc/fakegpu/gpu.json")
     gpu = json.loads(original)
     gpu["fault"] = "mismatch"

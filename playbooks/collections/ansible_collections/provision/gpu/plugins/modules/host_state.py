@@ -171,6 +171,7 @@ def loaded_version(version_path):
 
 
 def gpu_processes(nvidia_smi):
+    """(compute PIDs, error): error is None when nvidia-smi answered, or is absent altogether."""
     exe = shutil.which(nvidia_smi)
     if exe is None:
         return [], None
@@ -239,6 +240,8 @@ def gpu_use(nvidia_loaded, smi_pids, smi_error, users, uvm_refs):
     if smi_error is not None:
         first = smi_error.strip().splitlines()[0][:200] if smi_error.strip() else "no output"
         return "unknown", "nvidia-smi failed (%s): running jobs cannot be ruled out" % first
+    if smi_pids is None:
+        return "unknown", "the nvidia module is loaded but nvidia-smi is not installed: running jobs cannot be ruled out"
     return "idle", "no compute process (nvidia-smi), no /dev/nvidia* user, nvidia_uvm unused"
 
 
@@ -355,7 +358,8 @@ def main():
     modules = loaded_modules(p["proc_modules_path"])
     version = loaded_version(p["driver_version_path"])
     pids, smi_error = gpu_processes(p["nvidia_smi"])
-    use, evidence = gpu_use("nvidia" in modules, pids, smi_error, device_users(p["proc_path"]),
+    smi_present = shutil.which(p["nvidia_smi"]) is not None
+    use, evidence = gpu_use("nvidia" in modules, pids if smi_present else None, smi_error, device_users(p["proc_path"]),
                             uvm_refcount(p["sys_module_path"]))
     result = {
         "changed": False,
