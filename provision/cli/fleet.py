@@ -91,7 +91,19 @@ class LiveProgress:
     metavar="P",
     help="Stop the rollout after a batch where more than P% of hosts failed (default 0: any failure stops it).",
 )
-@click.option("--allow-disruption", is_flag=True, help="Change the driver even while processes use the GPUs.")
+@click.option("--allow-disruption", is_flag=True, help="Change the driver even while the GPUs are in use, or their use cannot be known.")
+@click.option(
+    "--drain-command",
+    metavar="CMD",
+    help="Run before a host changes, on the controller; {{ inventory_hostname }} becomes the host's name "
+    "(e.g. 'scontrol update nodename={{ inventory_hostname }} state=drain reason=provision').",
+)
+@click.option(
+    "--undrain-command",
+    metavar="CMD",
+    help="Run after the host passed the health gate (e.g. scontrol ... state=resume).",
+)
+@click.option("--drain-on", "drain_delegate", metavar="HOST", help="Run the drain commands on this inventory host.")
 @click.option("--full", is_flag=True, help="Run every task, also on hosts whose recorded state still holds.")
 @click.option(
     "-e", "--extra-vars", "extra", multiple=True, metavar="KEY=VALUE", help="Site variables (role_prefixed names)."
@@ -112,6 +124,9 @@ def apply_cmd(
     max_fail_percentage,
     allow_disruption,
     full,
+    drain_command,
+    undrain_command,
+    drain_delegate,
     extra,
     run_dir,
 ):
@@ -146,6 +161,9 @@ def apply_cmd(
         extra_vars=extra_vars,
         run_dir=run_dir,
         full=full,
+        drain_command=drain_command,
+        undrain_command=undrain_command,
+        drain_delegate=drain_delegate,
     )
     with LiveProgress() as progress:
         prepared, result = apply(

@@ -29,6 +29,9 @@ class ApplyRequest(NamedTuple):
     extra_vars: Mapping[str, Any] = MappingProxyType({})
     run_dir: str | None = None
     full: bool = False  # run every task even on a host whose recorded state still holds
+    drain_command: str | None = None  # run on the controller before a host changes
+    undrain_command: str | None = None  # ... and after it passed the health gate
+    drain_delegate: str | None = None  # where they run (default: the controller)
 
 
 class Prepared(NamedTuple):
@@ -85,6 +88,12 @@ def prepare(request: ApplyRequest, *, matrix_loader: Callable[[], Any], playbook
     extravars["provision_allow_disruption"] = request.allow_disruption
     extravars["provision_full_run"] = request.full
     extravars["provision_roles_digest"] = roles_digest(playbooks)
+    for key in ("drain_command", "undrain_command", "drain_delegate"):
+        value = getattr(request, key)
+        if value:
+            if any(c in value for c in "\0\n\r"):
+                raise InputError(f"--{key.replace('_', '-')} must be one line", hint="one command; no shell runs it")
+            extravars[f"provision_{key}"] = value
     extravars.update(request.extra_vars)
     return Prepared(inventory, plans, extravars, run_dir)
 

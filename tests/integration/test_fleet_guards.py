@@ -74,3 +74,79 @@ def test_nvidia_smi_failing_with_the_driver_loaded_refuses_the_driver_change(fle
         assert "--allow-disruption" in cause
     finally:
         exec_(HOST, f"cat > /etc/fakegpu/gpu.json <<'EOF'\n{original}\nEOF\nrm -rf /opt/fakegpu/proc")
+
+
+def test_a_rolling_run_drains_changes_gates_and_undrains_each_host_in_turn(fleet_env, tmp_path):
+    log = tmp_path / "drain.log"
+    record = tmp_path / "record"
+    record.write_text(f'#!/bin/sh\necho "$1 $2" >> {log}\n')
+    record.chmod(0o755)
+    run_dir = tmp_path / "rolling"
+    rc, out, summary = run_apply(
+        "-i",
+        str(fleet_env.inventory()),
+        "--fleet",
+        str(fleet_env.fleet_file()),
+        "--full",
+        "--drain-command",
+        f"{record} drain {{{{ inventory_hostname }}}}",
+        "--undrain-command",
+        f"{record} undrain {{{{ inventory_hostname }}}}",
+        run_dir=run_dir,
+    )
+    assert rc == 0, out
+    lines = log.read_text().split("\n")[:-1]
+    hosts = [line.split()[1] for line in lines if line.startswith("drain ")]  # the inventory's batch order
+    assert sorted(hosts) == ["gpu-a", "gpu-b", "gpu-c"]
+    assert lines == [f"{step} {h}" for h in hosts for step in ("drain", "undrain")], "one host at a time"
+    artifacts = next((run_dir / "artifacts").iterdir())
+    events = sorted(
+        (json.loads(p.read_text()) for p in (artifacts / "job_events").glob("*.json")), key=lambda e: e["counter"]
+    )
+    steps = {
+        "Drain the host before changing it.": "drain",
+        "Check that the host runs the OS its plan was made for.": "change",
+        "Check the host's health before it returns to service.": "gate",
+        "Return the host to service.": "undrain",
+    }
+    order = [
+        (e["event_data"]["host"], steps[e["event_data"]["task"]])
+        for e in events
+        if e["event"] == "runner_on_ok" and e["event_data"].get("task") in steps
+    ]
+    assert order == [(h, step) for h in hosts for step in ("drain", "change", "gate", "undrain")]
+    assert all(summary["hosts"][h]["outcome"] in ("ok", "changed") for h in hosts)
+
+
+def test_a_failed_health_gate_keeps_the_host_drained_and_stops_the_rollout(fleet_env, tmp_path):
+    """A GPU gone after the change (nvidia-smi shows 1 of the 2 GPUs on the bus): no undrain, no next batch."""
+    log = tmp_path / "drain.log"
+    record = tmp_path / "record"
+    record.write_text(f'#!/bin/sh\necho "$1 $2" >> {log}\n')
+    record.chmod(0o755)
+    exec_ = fleet_env.fleet.exec
+    original = exec_(HOST, "cat /etc/fakegpu/gpu.json")
+    gpu = json.loads(original)
+    gpu["count"] = 1
+    exec_(HOST, f"cat > /etc/fakegpu/gpu.json <<'EOF'\n{json.dumps(gpu)}\nEOF")
+    try:
+        rc, out, summary = run_apply(
+            "-i",
+            str(fleet_env.inventory()),
+            "--fleet",
+            str(fleet_env.fleet_file()),
+            "--limit",
+            f"{HOST},gpu-b",
+            "--full",
+            "--drain-command",
+            f"{record} drain {{{{ inventory_hostname }}}}",
+            "--undrain-command",
+            f"{record} undrain {{{{ inventory_hostname }}}}",
+            run_dir=tmp_path / "gate",
+        )
+        assert rc == 1, out
+        assert "health gate failed: 1 GPU(s) answer, 2 before the change" in summary["hosts"][HOST]["cause"]
+        assert summary["hosts"]["gpu-b"]["outcome"] == "not run"
+        assert log.read_text() == f"drain {HOST}\n", "the host stays drained; the next batch never starts"
+    finally:
+        exec_(HOST, f"cat > /etc/fakegpu/gpu.json <<'EOF'\n{original}\nEOF")
