@@ -5,6 +5,7 @@ import json
 import os
 import re
 import secrets
+import socket
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
@@ -88,6 +89,8 @@ def prepare(request: ApplyRequest, *, matrix_loader: Callable[[], Any], playbook
     extravars["provision_allow_disruption"] = request.allow_disruption
     extravars["provision_full_run"] = request.full
     extravars["provision_roles_digest"] = roles_digest(playbooks)
+    extravars["provision_run_id"] = os.path.basename(run_dir)
+    extravars["provision_controller"] = socket.gethostname()
     for key in ("drain_command", "undrain_command", "drain_delegate"):
         value = getattr(request, key)
         if value:
@@ -166,6 +169,18 @@ def apply(request: ApplyRequest, *, matrix_loader: Callable[[], Any], playbooks:
         diff=request.diff,
         on_event=on_event,
     )
+    failed = [h.host for h in result.hosts if h.failed and not h.unreachable]
+    if failed and not request.check:
+        # A failed host ends before site.yml's post_tasks: give back its run lock, so the next apply
+        # (after the fix) is not refused by a run that is over.
+        run_playbook(
+            run_dir=os.path.join(prepared.run_dir, "release-lock"),
+            playbooks=playbooks,
+            inventory=request.inventory,
+            extravars={"provision_run_id": prepared.extravars["provision_run_id"]},
+            limit=",".join(failed),
+            playbook="release-lock.yml",
+        )
     return prepared, result.with_not_run(targets(prepared, request.limit), request.max_fail_percentage)
 
 

@@ -112,6 +112,7 @@ def run_playbook(
     diff: bool = False,
     forks: int = 20,
     on_event: Callable[[Progress], None] | None = None,
+    playbook: str = "site.yml",
 ) -> RunResult:
     try:
         import ansible_runner
@@ -166,7 +167,7 @@ def run_playbook(
     runner = ansible_runner.run(
         private_data_dir=run_dir,
         project_dir=playbooks,
-        playbook="site.yml",
+        playbook=playbook,
         inventory=os.path.abspath(inventory),
         limit=limit,
         tags=tags,

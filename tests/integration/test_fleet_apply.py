@@ -159,6 +159,8 @@ def test_a_failed_batch_stops_the_rollout_and_the_rest_are_not_run(fleet_env, tm
         assert hosts[name]["outcome"] == "not run", hosts[name]
         assert "the rollout stopped after the batch where gpu-d failed" in hosts[name]["not_run"]
     assert "not run" in out
+    lock = fleet_env.fleet.exec("gpu-d", "test -e /var/lib/provision/apply.lock && echo held || echo free")
+    assert lock.strip() == "free", "the failed host's run lock was given back"
 
 
 def test_unreachable_and_failing_hosts_do_not_stop_the_others(fleet_env, tmp_path):

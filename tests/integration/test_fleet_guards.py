@@ -150,3 +150,34 @@ def test_a_failed_health_gate_keeps_the_host_drained_and_stops_the_rollout(fleet
         assert log.read_text() == f"drain {HOST}\n", "the host stays drained; the next batch never starts"
     finally:
         exec_(HOST, f"cat > /etc/fakegpu/gpu.json <<'EOF'\n{original}\nEOF")
+
+
+LOCK = "/var/lib/provision/apply.lock"
+
+
+def test_a_second_apply_is_refused_while_another_run_holds_the_host(fleet_env, tmp_path):
+    exec_ = fleet_env.fleet.exec
+    held = {"run_id": "20261130T190000Z-abc123", "controller": "ops-1", "since": "2026-11-30T19:00:00+00:00",
+            "expires": "2999-01-01T00:00:00+00:00"}  # fmt: skip
+    exec_(HOST, f"mkdir -p /var/lib/provision && cat > {LOCK} <<'EOF'\n{json.dumps(held)}\nEOF")
+    try:
+        rc, out, summary = apply_full(fleet_env, tmp_path / "second")
+        assert rc == 1, out
+        cause = summary["hosts"][HOST]["cause"]
+        assert "another provision apply holds this host: run 20261130T190000Z-abc123 from ops-1" in cause
+        assert json.loads(exec_(HOST, f"cat {LOCK}")) == held, "the other run's lock is left alone"
+    finally:
+        exec_(HOST, f"rm -f {LOCK}")
+
+
+def test_an_expired_lock_is_taken_over_and_every_run_gives_its_lock_back(fleet_env, tmp_path):
+    exec_ = fleet_env.fleet.exec
+    dead = {"run_id": "dead-run", "controller": "ops-1", "since": "2020-01-01T00:00:00+00:00",
+            "expires": "2020-01-01T04:00:00+00:00"}  # fmt: skip
+    exec_(HOST, f"mkdir -p /var/lib/provision && cat > {LOCK} <<'EOF'\n{json.dumps(dead)}\nEOF")
+    rc, out, _ = apply_full(fleet_env, tmp_path / "takeover")
+    assert rc == 0, out
+    assert "took over the lock of run dead-run" in out or "took over the lock of run dead-run" in "".join(
+        p.read_text() for p in (tmp_path / "takeover" / "artifacts").rglob("stdout")
+    )
+    assert exec_(HOST, f"test -e {LOCK} && echo held || echo free").strip() == "free"

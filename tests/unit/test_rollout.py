@@ -50,10 +50,10 @@ def test_site_rolls_by_default():
 @pytest.fixture
 def fake_runner(monkeypatch):
     """The runner faked at the SDK edge: n1 fails in the first batch, nothing else runs."""
-    calls = {}
+    calls = []
 
     def run_playbook(**kwargs):
-        calls.update(kwargs)
+        calls.append(kwargs)
         return RunResult("failed", 2, (host("n1", failed=1),), kwargs["run_dir"], kwargs["run_dir"] + "/artifacts")
 
     monkeypatch.setattr(runner, "run_playbook", run_playbook)
@@ -78,4 +78,9 @@ def test_apply_summary_names_every_host(cli, tmp_path, fake_runner):
     }
     assert "the rollout stopped" in summary["hosts"]["n5"]["not_run"]
     assert "not run" in r.out
-    assert "provision_serial" not in fake_runner["extravars"], "the playbook's default (20%) applies"
+    site, release = fake_runner
+    assert "provision_serial" not in site["extravars"], "the playbook's default (20%) applies"
+    assert site["extravars"]["provision_run_id"] == "run"
+    assert release["playbook"] == "release-lock.yml", "the failed host's run lock is given back"
+    assert release["limit"] == "n1"
+    assert release["extravars"] == {"provision_run_id": "run"}
