@@ -91,7 +91,11 @@ class LiveProgress:
     metavar="P",
     help="Stop the rollout after a batch where more than P% of hosts failed (default 0: any failure stops it).",
 )
-@click.option("--allow-disruption", is_flag=True, help="Change the driver even while the GPUs are in use, or their use cannot be known.")
+@click.option(
+    "--allow-disruption",
+    is_flag=True,
+    help="Change the driver even while the GPUs are in use, or their use cannot be known.",
+)
 @click.option(
     "--drain-command",
     metavar="CMD",
