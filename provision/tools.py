@@ -30,6 +30,6 @@ def ansible_inventory_binary() -> str:
     exe = shutil.which("ansible-inventory", path=tool_path())
     if exe is None:
         raise ToolingError(
-            "ansible-inventory is not installed", hint="pip install provision (it depends on ansible-core)"
+            "ansible-inventory is not installed", hint="pip install gpu-provision (it depends on ansible-core)"
         )
     return exe

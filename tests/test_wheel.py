@@ -25,7 +25,7 @@ def wheel(tmp_path_factory):
             check=False,
         )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    wheels = sorted(out.glob("provision-*.whl"))
+    wheels = sorted(out.glob("gpu_provision-*.whl"))
     assert wheels, "no wheel built"
     return wheels[0]
 
@@ -36,6 +36,8 @@ def test_wheel_contains_the_resources(wheel):
         "provision/_resources/compat/gpus.yaml",
         "provision/_resources/compat/schema/gpus.schema.json",
         "provision/_resources/compat/frameworks.yaml",
+        "provision/_resources/compat/ci_actions.yaml",
+        "provision/plan/schema/plan.schema.json",
         "provision/_resources/images/variants.yaml",
         "provision/_resources/images/base/Dockerfile.j2",
         "provision/_resources/playbooks/site.yml",

@@ -185,15 +185,20 @@ def ci_group():
 @click.option(
     "--repo", default="ghcr.io/${{ github.repository_owner }}/gpu", show_default=True, help="Image repository."
 )
-@click.option("--push/--no-push", default=True, show_default=True)
+@click.option(
+    "--push/--no-push", default=True, show_default=True, help="Push from the default branch and tags (never from PRs)."
+)
+@click.option("--default-branch", default="main", show_default=True, help="The branch whose builds are pushed.")
 @click.option(
     "--out", default=".github/workflows/provision-images.yml", show_default=True, type=click.Path(dir_okay=False)
 )
-def ci_github_cmd(*, plans, plans_dir, variant, repo, push, out):
+def ci_github_cmd(*, plans, plans_dir, variant, repo, push, default_branch, out):
     """Write a GitHub Actions workflow that builds the plans' images as a matrix with a pinned provision."""
     from provision.images.ci import github_workflow
 
-    text = github_workflow(list(plans), plans_dir, variant=variant, repo=repo, push=push, out=out)
+    text = github_workflow(
+        list(plans), plans_dir, variant=variant, repo=repo, push=push, out=out, default_branch=default_branch
+    )
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out, "w", encoding="utf-8") as handle:
         handle.write(text)

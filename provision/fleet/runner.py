@@ -117,7 +117,7 @@ def run_playbook(
     try:
         import ansible_runner
     except ImportError as exc:  # pragma: no cover - a dependency of provision
-        raise ToolingError("ansible-runner is not installed", hint="pip install provision") from exc
+        raise ToolingError("ansible-runner is not installed", hint="pip install gpu-provision") from exc
     cmdline = " ".join(x for x in ("--check" if check else "", "--diff" if diff else "") if x)
     first_failure: dict[str, str] = {}
     rebooted: set[str] = set()
@@ -161,7 +161,7 @@ def run_playbook(
         handle.write(dump_unsafe_yaml(extravars))
     if shutil.which("ansible-playbook", path=tool_path()) is None:
         raise ToolingError(
-            "ansible-playbook is not installed", hint="pip install provision (it depends on ansible-core)"
+            "ansible-playbook is not installed", hint="pip install gpu-provision (it depends on ansible-core)"
         )
     os.environ["PATH"] = tool_path()  # ansible-runner looks ansible-playbook up before it applies envvars
     runner = ansible_runner.run(

@@ -36,7 +36,7 @@ def client(docker_client=None):
     try:
         import docker
     except ImportError as exc:  # pragma: no cover - a dependency of provision
-        raise ToolingError("the docker SDK is not installed", hint="pip install provision") from exc
+        raise ToolingError("the docker SDK is not installed", hint="pip install gpu-provision") from exc
     try:
         api = docker.APIClient(base_url=os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"), timeout=600)
         api.ping()
