@@ -55,6 +55,15 @@ class VerifyPlugin:
         return facts_raw
 
     @pytest.fixture
+    def warning(self, request):
+        """warning("text"): the check passes, but the report says "warn" with this text."""
+
+        def add(text: str) -> None:
+            request.node.user_properties.append(("warning", str(text)))
+
+        return add
+
+    @pytest.fixture
     def evidence(self, request):
         """evidence("text"): what the check read, kept for the report whatever the outcome."""
 
@@ -101,7 +110,10 @@ class VerifyPlugin:
             return
         evidence = [v for k, v in report.user_properties if k == "evidence"]
         if report.when == "call" or (report.when == "setup" and not report.passed):
-            if report.passed:
+            warnings = [v for k, v in report.user_properties if k == "warning"]
+            if report.passed and warnings:
+                status, detail = "warn", "; ".join(warnings)
+            elif report.passed:
                 status, detail = "pass", ""
             elif report.skipped:
                 status, detail = "skip", _skip_reason(report)

@@ -17,7 +17,7 @@ class CheckResult(NamedTuple):
     host: str
     check: str  # stable id: driver-version, packages-held, docker-runtime …
     title: str
-    status: str  # pass | fail | skip
+    status: str  # pass | warn | fail | skip (warn passes, with something to act on)
     detail: str  # why it failed or was skipped
     evidence: tuple[str, ...]  # what was read on the host
     seconds: float
@@ -45,7 +45,7 @@ class VerifyReport(NamedTuple):
 
     def counts(self, results: list[CheckResult] | None = None) -> dict[str, int]:
         results = self.results if results is None else results
-        return {s: sum(r.status == s for r in results) for s in ("pass", "fail", "skip")}
+        return {s: sum(r.status == s for r in results) for s in ("pass", "warn", "fail", "skip")}
 
     def to_dict(self) -> dict[str, Any]:
         hosts = []
@@ -81,7 +81,7 @@ class VerifyReport(NamedTuple):
         rows = []
         for r in self.results:
             shown = r.detail if r.status != "pass" else "; ".join(r.evidence)
-            rows.append([r.host, r.check, r.status.upper() if r.status == "fail" else r.status, clip(shown)])
+            rows.append([r.host, r.check, r.status.upper() if r.status in ("fail", "warn") else r.status, clip(shown)])
         return rows
 
     def junit(self) -> str:
@@ -117,8 +117,9 @@ class VerifyReport(NamedTuple):
                     ET.SubElement(case, "failure", message=r.detail[:500], type="CheckFailed").text = r.detail
                 elif r.status == "skip":
                     ET.SubElement(case, "skipped", message=r.detail[:500])
-                if r.evidence:
-                    ET.SubElement(case, "system-out").text = "\n".join(r.evidence)
+                warned = [f"warning: {r.detail}"] if r.status == "warn" else []
+                if r.evidence or warned:
+                    ET.SubElement(case, "system-out").text = "\n".join(warned + list(r.evidence))
         for error in self.errors:
             suite = ET.SubElement(
                 root,

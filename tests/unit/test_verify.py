@@ -391,6 +391,7 @@ def sample_report():
     results = [
         CheckResult("gpu-a", "nvidia-smi", "t", "pass", "", ("driver 595.91.07",), 0.1),
         CheckResult("gpu-a", "mig", "t", "skip", "no MIG layout planned", (), 0.0),
+        CheckResult("gpu-a", "kernel-hold", "t", "warn", "the kernel hold keeps back security updates", (), 0.0),
         CheckResult("gpu-b", "docker-runtime", "t", "fail", "no nvidia runtime <&>", ("daemon.json: {}",), 0.2),
     ]
     return VerifyReport(["gpu-a", "gpu-b"], results, [], 1)
@@ -401,7 +402,7 @@ def test_report_json_matches_its_schema():
     with open(f"{SCHEMA_DIR}/report.schema.json") as handle:
         jsonschema.validate(doc, json.load(handle))
     assert doc["status"] == "fail"
-    assert doc["counts"] == {"pass": 1, "fail": 1, "skip": 1}
+    assert doc["counts"] == {"pass": 1, "warn": 1, "fail": 1, "skip": 1}
     assert [h["status"] for h in doc["hosts"]] == ["pass", "fail"]
 
 
@@ -411,6 +412,7 @@ def test_report_junit_matches_its_schema(tmp_path):
     schema = xmlschema.XMLSchema(f"{SCHEMA_DIR}/junit.xsd")
     schema.validate(str(path))
     assert "no nvidia runtime &lt;&amp;&gt;" in path.read_text()
+    assert "<system-out>warning: the kernel hold keeps back security updates</system-out>" in path.read_text()
     errored = VerifyReport(["h"], [], ["collecting checks failed: boom"], 2)
     path.write_text(errored.junit())
     schema.validate(str(path))
@@ -480,3 +482,58 @@ def test_verify_refuses_bad_input(cli, args, message):
     assert message in res.err
     assert "hint:" in res.err
     assert "Traceback" not in res.err
+
+
+# -- kernel holds ----------------------------------------------------------------------------------
+POLICY_SECURITY = """linux-image-generic:
+  Installed: 5.15.0.91.88
+  Candidate: 5.15.0.125.123
+  Version table:
+     5.15.0.125.123 500
+        500 http://127.0.0.1/ubuntu jammy-updates/main amd64 Packages
+        500 http://127.0.0.1/ubuntu jammy-security/main amd64 Packages
+ *** 5.15.0.91.88 100
+        100 /var/lib/dpkg/status
+"""
+POLICY_UPDATES_ONLY = POLICY_SECURITY.replace(
+    "        500 http://127.0.0.1/ubuntu jammy-security/main amd64 Packages\n", ""
+)
+POLICY_CURRENT = POLICY_SECURITY.replace("Candidate: 5.15.0.125.123", "Candidate: 5.15.0.91.88")
+
+
+def kernel_outcome(plan, script, **target):
+    warnings: list[str] = []
+    facts = facts_for(plan, script, **target)
+    try:
+        result = outcome(check_system.check_kernel_hold, facts=facts, plan=plan, target=facts.target,
+                         warning=warnings.append)  # fmt: skip
+    except Failed as exc:  # pragma: no cover - outcome() catches these
+        raise AssertionError(exc) from exc
+    return result[0], warnings
+
+
+@pytest.mark.parametrize(
+    ("policy", "status", "warned"),
+    [(POLICY_SECURITY, "pass", True), (POLICY_UPDATES_ONLY, "pass", False), (POLICY_CURRENT, "pass", False)],
+)
+def test_kernel_hold_warns_only_for_a_security_update(plans, policy, status, warned):
+    script = {"apt-mark showhold": Res(0, "linux-image-generic\nnvidia-open\n"), "apt-cache policy": Res(0, policy)}
+    got, warnings = kernel_outcome(plans["debian"], script)
+    assert got == status
+    assert bool(warnings) == warned
+    if warned:
+        assert "linux-image-generic 5.15.0.91.88 -> 5.15.0.125.123" in warnings[0]
+
+
+def test_kernel_hold_skips_without_a_hold(plans):
+    got, _ = kernel_outcome(plans["debian"], {"apt-mark showhold": Res(0, "nvidia-open\n")})
+    assert got == "skip"
+    got, _ = kernel_outcome(plans["debian"], {}, hostvars={"nvidia_driver_hold_kernel": False})
+    assert got == "skip"
+
+
+def test_kernel_hold_on_el_reads_security_advisories(plans):
+    advisories = "RLSA-2026:1234 Important/Sec. kernel-5.14.0-570.60.1.el9_6.x86_64\n"
+    got, warnings = kernel_outcome(plans["rocky"], {"dnf -q updateinfo": Res(0, advisories)})
+    assert got == "pass"
+    assert "kernel-5.14.0-570.60.1.el9_6.x86_64" in warnings[0]

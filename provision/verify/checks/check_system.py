@@ -104,3 +104,41 @@ def check_kernel_module(facts, plan, evidence):
         )
     if flavour != plan.driver.kernel_module:
         fail(f"the {flavour} kernel module is loaded; the plan chose the {plan.driver.kernel_module} flavour")
+
+
+def _security_candidate(policy: str) -> tuple[str | None, str | None, bool]:
+    """(installed, candidate, whether the candidate comes from a -security suite) from apt-cache policy."""
+    installed = re.search(r"^\s*Installed:\s*(\S+)", policy, re.M)
+    candidate = re.search(r"^\s*Candidate:\s*(\S+)", policy, re.M)
+    inst = installed.group(1) if installed else None
+    cand = candidate.group(1) if candidate else None
+    if not cand or cand in ("(none)", inst):
+        return inst, cand, False
+    block = re.search(rf"^\s*(?:\*\*\* )?{re.escape(cand)} \d+\n((?:\s{{8,}}.*\n?)*)", policy, re.M)
+    return inst, cand, bool(block and "-security" in block.group(1))
+
+
+@check("kernel-hold", "held kernel packages do not keep back a security update")
+def check_kernel_hold(facts, plan, target, evidence, warning):
+    if not target.hostvars.get("nvidia_driver_hold_kernel", True):
+        pytest.skip("nvidia_driver_hold_kernel is false for this host: kernels move freely")
+    if plan.os.pkg_manager == "apt":
+        listing = facts.run("apt-mark showhold 2>/dev/null").out.split()
+        held = [p for p in listing if re.match(r"linux-(image|headers|modules)", p)]
+        if not held:
+            pytest.skip("no kernel package is held")
+        pending = []
+        for name in held:
+            inst, cand, security = _security_candidate(facts.run(f"apt-cache policy {name}").out)
+            evidence(f"{name}: installed {inst}, candidate {cand}{' (security)' if security else ''}")
+            if security:
+                pending.append(f"{name} {inst} -> {cand}")
+    else:
+        res = facts.run("dnf -q updateinfo list --security --available 'kernel*' 2>/dev/null")
+        pending = [line.split()[-1] for line in res.out.splitlines() if line.strip() and "kernel" in line]
+        evidence(f"dnf updateinfo --security kernel*: {len(pending)} advisory line(s)")
+    if pending:
+        warning(
+            f"the kernel hold keeps back security updates ({', '.join(pending)}): move kernel and driver together "
+            "in a maintenance run (lift the hold, update, provision apply --full so DKMS builds for the new kernel)"
+        )
