@@ -1,9 +1,37 @@
 """What the command groups share: the catalogue (loaded once per command, from --compat-dir or
 the built-in data) and the plan options of render, build and verify."""
 
+import os
+
 import click
 
 from provision.errors import InputError
+
+
+def check_output(path: str | None, flag: str) -> None:
+    """Every file a command writes: its directory must exist (checked before any work is done)."""
+    if path is None:
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise InputError(
+            f"{flag} {path}: the directory {parent} does not exist",
+            hint=f"create it first (mkdir -p {parent}), or give another {flag}",
+        )
+    if os.path.isdir(path):
+        raise InputError(f"{flag} {path} is a directory", hint=f"give {flag} a file name")
+
+
+def write_output(path: str, text: str, flag: str) -> None:
+    check_output(path, flag)
+    try:
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError as exc:
+        raise InputError(
+            f"cannot write {flag} {path}: {exc.strerror or exc}", hint=f"choose a writable {flag}"
+        ) from None
+    click.echo(f"wrote {path}", err=True)
 
 
 def load_matrix(ctx: click.Context, compat_dir: str | None = None):

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from provision.cli.common import load_matrix
+from provision.cli.common import check_output, load_matrix, write_output
 from provision.cli.output import dumps_json, markdown_table, plain_table, print_table
 from provision.tiers import DEFAULT_WORKLOAD, WORKLOADS, rank, render_svg, table_rows
 from provision.tiers import explain as explain_text
@@ -60,6 +60,7 @@ def gpus_cmd(ctx, *, workload_id, fmt, explain, gpu_ids, out, compat_dir):
     memory bandwidth, NVLink, TDP (per watt) and MIG from compat/gpus.yaml, normalised to the
     best catalogued GPU (100). --explain shows the formula for the workload.
     """
+    check_output(out, "--out")
     matrix = load_matrix(ctx, compat_dir)
     selected = None
     if gpu_ids:
@@ -95,9 +96,7 @@ def gpus_cmd(ctx, *, workload_id, fmt, explain, gpu_ids, out, compat_dir):
     if notes and fmt in ("json", "svg"):
         click.echo(notes, err=True, nl=False)
     if out:
-        with open(out, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        click.echo(f"wrote {out}", err=True)
+        write_output(out, text, "--out")
     else:
         sys.stdout.write(text)
     return 0

@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from provision.cli.common import default_variant, load_plan, plan_source
+from provision.cli.common import check_output, default_variant, load_plan, plan_source
 
 
 @click.command("render")
@@ -92,6 +92,7 @@ def build_cmd(
     Exit 1 when the build fails (the failing step and the end of its log are shown), 4 when no
     engine answers.
     """
+    check_output(image_lock, "--image-lock")
     import tempfile
 
     from provision.images.build import build_image, client, push_image, write_image_lock
@@ -196,10 +197,10 @@ def ci_github_cmd(*, plans, plans_dir, variant, repo, push, default_branch, out)
     """Write a GitHub Actions workflow that builds the plans' images as a matrix with a pinned provision."""
     from provision.images.ci import github_workflow
 
+    check_output(out, "--out")
     text = github_workflow(
         list(plans), plans_dir, variant=variant, repo=repo, push=push, out=out, default_branch=default_branch
     )
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out, "w", encoding="utf-8") as handle:
         handle.write(text)
     click.echo(out)

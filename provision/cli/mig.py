@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 import click
 
-from provision.cli.common import load_matrix
+from provision.cli.common import check_output, load_matrix, write_output
 from provision.cli.output import dumps_json, dumps_yaml
 
 
@@ -54,6 +53,8 @@ def plan_cmd(ctx, *, gpu, layout, fill, name, device_filter, fmt, out_config, ou
     from provision.mig.parted import ansible_vars, mig_parted_yaml
     from provision.mig.planner import gpu_profile_set, plan_layout
 
+    check_output(out_config, "--out-config")
+    check_output(out_vars, "--out-vars")
     matrix = load_matrix(ctx)
     canonical, profile_set, members = gpu_profile_set(matrix, gpu)
     pci_ids = tuple(dict.fromkeys(p for g in members for p in g.pci_device_ids))
@@ -67,17 +68,10 @@ def plan_cmd(ctx, *, gpu, layout, fill, name, device_filter, fmt, out_config, ou
     if plan.fill is not None and plan.filled == 0:
         click.echo(f"note: no {plan.fill} fits beside the layout; nothing was added", err=True)
     if out_config:
-        _write(out_config, mig_parted_yaml(plan))
+        write_output(out_config, mig_parted_yaml(plan), "--out-config")
     if out_vars:
         header = f"# provision mig plan --gpu {canonical}: Ansible variables for the mig role\n"
         from provision.fleet.extravars import dump_unsafe_yaml
 
-        _write(out_vars, header + dump_unsafe_yaml(ansible_vars(plan)))
+        write_output(out_vars, header + dump_unsafe_yaml(ansible_vars(plan)), "--out-vars")
     return 0
-
-
-def _write(path: str, text: str) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    click.echo(f"wrote {path}", err=True)

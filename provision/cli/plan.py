@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from provision.cli.common import load_matrix
+from provision.cli.common import check_output, load_matrix
 from provision.cli.output import dumps_json, dumps_yaml, markdown_table, print_table
 from provision.matrix.listing import TOPICS
 from provision.plan.model import PlanRequest
@@ -69,6 +69,7 @@ def plan_cmd(ctx, *, os_id, gpu, driver, cuda, cudnn, framework, policy, mig, fm
     from provision.plan.model import write_plan
     from provision.plan.resolve import resolve
 
+    check_output(lock, "--lock")
     matrix = load_matrix(ctx, compat_dir)
     request = PlanRequest(
         os=os_id, gpu=gpu, driver=driver, cuda=cuda, cudnn=cudnn, framework=framework, policy=policy, mig=mig

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from provision.cli.common import load_plan, matrix_loader, plan_source
+from provision.cli.common import check_output, load_plan, matrix_loader, plan_source, write_output
 from provision.errors import InputError
 
 
@@ -81,8 +81,9 @@ def verify_cmd(
     provision verify --local --plan plan.lock.json --format json
     provision verify --host ssh://root@gpu7 --os ubuntu22.04 --gpu h100-sxm --junit verify.xml
 
-    Exit status: 0 every check passed or was skipped, 1 a check failed, 2 bad input.
+    Exit status: 0 every check passed, warned or was skipped, 1 a check failed, 2 bad input.
     """
+    check_output(junit_file, "--junit")
     from provision.verify import run_verify
 
     if list_checks:
@@ -145,8 +146,7 @@ def verify_cmd(
         only=selected,
     )
     if junit_file:
-        with open(junit_file, "w", encoding="utf-8") as handle:
-            handle.write(report.junit())
+        write_output(junit_file, report.junit(), "--junit")
     if fmt == "json":
         from provision.cli.output import dumps_json
 

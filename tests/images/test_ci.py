@@ -22,6 +22,7 @@ def test_workflow_covers_exactly_the_plans(cli, tmp_path):
     ):
         assert cli("plan", *args, "--lock", str(plans / f"{name}.lock.json"), "--format", "json").code == 0
     out = tmp_path / ".github" / "workflows" / "images.yml"
+    out.parent.mkdir(parents=True)
     r = cli("ci", "github", "--plans", str(plans), "--out", str(out))
     assert r.code == 0, r
     doc = yaml.safe_load(out.read_text())
@@ -73,6 +74,7 @@ def workflow(cli, tmp_path):
     ):
         assert cli("plan", *args, "--lock", str(plans / f"{name}.lock.json"), "--format", "json").code == 0
     out = tmp_path / ".github" / "workflows" / "images.yml"
+    out.parent.mkdir(parents=True)
     assert cli("ci", "github", "--plans", str(plans), "--out", str(out)).code == 0
     return out
 
@@ -121,6 +123,7 @@ def test_hardened(workflow):
 def test_bad_options_are_refused(cli, tmp_path, args, text):
     plan = tmp_path / "a.lock.json"
     assert cli("plan", "--os", "ubuntu22.04", "--gpu", "l4", "--lock", str(plan), "--format", "json").code == 0
+    (tmp_path / ".github" / "workflows").mkdir(parents=True)
     r = cli("ci", "github", "--plan", str(plan), "--out", str(tmp_path / ".github" / "workflows" / "w.yml"), *args)
     assert r.code == 2, r
     assert text in r.err
@@ -129,8 +132,9 @@ def test_bad_options_are_refused(cli, tmp_path, args, text):
 def test_plans_outside_the_repository_are_refused(cli, tmp_path):
     outside = tmp_path / "outside.lock.json"
     assert cli("plan", "--os", "ubuntu22.04", "--gpu", "l4", "--lock", str(outside), "--format", "json").code == 0
-    repo = tmp_path / "repo"
-    r = cli("ci", "github", "--plan", str(outside), "--out", str(repo / ".github" / "workflows" / "w.yml"))
+    workflows = tmp_path / "repo" / ".github" / "workflows"
+    workflows.mkdir(parents=True)
+    r = cli("ci", "github", "--plan", str(outside), "--out", str(workflows / "w.yml"))
     assert r.code == 2, r
     assert "is outside the repository" in r.err
-    assert not (repo / ".github").exists()
+    assert not (workflows / "w.yml").exists()

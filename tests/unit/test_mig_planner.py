@@ -423,6 +423,7 @@ def test_cli_yaml_and_json():
 
 def test_cli_writes_files(tmp_path):
     config, vars_file = tmp_path / "mig" / "config.yaml", tmp_path / "vars.yml"
+    config.parent.mkdir()
     r = run(
         "--gpu",
         "a100-sxm4-40gb",
