@@ -21,6 +21,11 @@ TOOLS = {
     "dpkg-deb": "dpkg",
     "ssh": "openssh-client",
     "ssh-keygen": "openssh-client",
+    # the fake-GPU kit's RPMs and dnf repositories (Rocky-shaped hosts)
+    "rpmbuild": "rpm",
+    "rpmsign": "rpm",
+    "createrepo_c": "createrepo-c",
+    "modifyrepo_c": "createrepo-c",
 }
 LOG = Path(os.environ.get("PROVISION_TEST_DOCKERD_LOG", "/tmp/provision-test-dockerd.log"))
 
@@ -36,12 +41,13 @@ def ensure_tools() -> None:
     if os.geteuid() != 0:
         raise EngineUnavailable(f"missing {', '.join(missing)} and not root to install them")
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    subprocess.run(["apt-get", "update", "-q"], check=True, env=env, stdout=subprocess.DEVNULL)
+    subprocess.run(["apt-get", "update", "-q"], check=True, env=env, stdout=subprocess.DEVNULL, timeout=600)
     subprocess.run(
         ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing],
         check=True,
         env=env,
         stdout=subprocess.DEVNULL,
+        timeout=1200,
     )
 
 

@@ -1,7 +1,9 @@
 """Builds and serves the fake-GPU package repositories (see tests/fakegpu/README.md).
 
 Packages carry NVIDIA's names at the plan's exact versions; each repository is a flat apt
-repository (like NVIDIA's) signed with a throw-away GPG key, served on 127.0.0.1.
+repository (like NVIDIA's) signed with a throw-away GPG key, served on 127.0.0.1. The same
+packages are also built as RPMs (rpmbuild, signed with rpmsign) in dnf repositories (createrepo_c,
+module metadata from modifyrepo_c, repomd.xml signed), for the Rocky-9-shaped hosts.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import http.client
 import http.server
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -17,11 +20,30 @@ import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 PAYLOAD = Path(__file__).resolve().parent.parent / "fakegpu" / "payload"
 SECURE_BOOT_VAR = "SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 CUDA_REPO = "compute/cuda/repos/{repo}/x86_64"
 TOOLKIT_REPO = "libnvidia-container/stable/deb/amd64"
 DEBIAN_REPO = "debian"
+# dnf repositories, at the paths of the vendors' URLs (after a mirror prefix)
+TOOLKIT_RPM_REPO = "libnvidia-container/stable/rpm/x86_64"
+ROCKY_BASEOS_REPO = "rocky/9/BaseOS/x86_64/os"
+ROCKY_EXTRAS_REPO = "rocky/9/extras/x86_64/os"
+ROCKY_CRB_REPO = "rocky/9/CRB/x86_64/os"
+EPEL_REPO = "epel/9/Everything/x86_64"
+DOCKER_CE_URL = "docker-ce/linux/centos"  # + /9/x86_64/stable ($releasever/$basearch), key at /gpg
+DOCKER_CE_REPO = f"{DOCKER_CE_URL}/9/x86_64/stable"
+# NVIDIA's EL9 CUDA repository: nvidia-driver-3:595.91.07-1.el9 (the toolkit's RPMs: 1.17.8-1)
+CUDA_RPM_EPOCH = 3
+CUDA_RPM_RELEASE = "1.el9"
+TOOLKIT_RPM_RELEASE = "1"
+# What a Rocky 9.6 host has installed as its kernel (the running kernel is the CI machine's)
+ROCKY_KERNEL = ("5.14.0", "570.12.1.el9_6")
+# In the rpm database of a Rocky-shaped host from the start (the files are Debian's, in the image):
+# the shell that scriptlets need (Requires(post): /bin/sh) and the installed kernel.
+ROCKY_INSTALLED = ("bash", "kernel", "kernel-core", "kernel-modules", "kernel-modules-core")
 
 
 @dataclass
@@ -103,6 +125,13 @@ class Package:
     depends: list[str] = field(default_factory=list)
     postinst: str | None = None
     description: str = "fakegpu stand-in package (tests only)"
+    # RPM only: %pre (a failure aborts the install, as a failing Debian postinst does), %post
+    # (defaults to postinst), more Requires/Provides, the epoch
+    rpm_pre: str | None = None
+    rpm_post: str | None = None
+    rpm_requires: list[str] = field(default_factory=list)
+    rpm_provides: list[str] = field(default_factory=list)
+    epoch: int | None = None
 
     def build(self, out: Path) -> Path:
         root = Path(tempfile.mkdtemp(prefix=f"fakegpu-{self.name}-"))
@@ -140,6 +169,101 @@ class Package:
         finally:
             shutil.rmtree(root, ignore_errors=True)
 
+    @property
+    def upstream(self) -> str:
+        return self.version.rsplit("-", 1)[0] if "-" in self.version else self.version
+
+    def build_rpm(self, out: Path, release: str) -> Path:
+        """A noarch RPM: Version is the upstream version, Release the given one; Debian
+        `name (= version)` dependencies become `Requires: name = [epoch:]upstream-release`."""
+        work = Path(tempfile.mkdtemp(prefix=f"fakegpu-rpm-{self.name}-"))
+        try:
+            stage = work / "stage"
+            stage.mkdir()
+            paths = []
+            for path, (source, mode) in self.files.items():
+                # merged /usr: EL packages install units under /usr/lib/systemd
+                dest = "/usr" + path if path.startswith("/lib/") else path
+                target = stage / dest.lstrip("/")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if isinstance(source, Path):
+                    shutil.copyfile(source, target)
+                else:
+                    target.write_text(source)
+                target.chmod(mode)
+                paths.append(f"%config(noreplace) {dest}" if dest.startswith("/etc/") else dest)
+            requires = [_rpm_dependency(d, release, self.epoch) for d in self.depends] + self.rpm_requires
+            lines = [
+                f"Name: {self.name}",
+                f"Version: {self.upstream}",
+                f"Release: {release}",
+                *([f"Epoch: {self.epoch}"] if self.epoch is not None else []),
+                f"Summary: {self.description}",
+                "License: Proprietary (tests only)",
+                "BuildArch: noarch",
+                # only the dependencies declared here (no python3 or sh from the payload's shebangs)
+                "AutoReqProv: no",
+                *[f"Requires: {r}" for r in requires],
+                *[f"Provides: {p}" for p in self.rpm_provides],
+                "",
+                "%description",
+                self.description,
+                "",
+                "%install",
+                "mkdir -p %{buildroot}",
+                f"cp -a {stage}/. %{{buildroot}}/",
+                "",
+            ]
+            if self.rpm_pre:
+                lines += ["%pre", self.rpm_pre, ""]
+            post = self.rpm_post if self.rpm_post is not None else self.postinst
+            if post:
+                lines += ["%post", post, ""]
+            lines += ["%files", *paths, ""]
+            spec = work / f"{self.name}.spec"
+            spec.write_text("\n".join(lines))
+            out.mkdir(parents=True, exist_ok=True)
+            proc = subprocess.run(
+                [
+                    "rpmbuild",
+                    "--quiet",
+                    "--nodeps",
+                    "--define",
+                    f"_topdir {work}/top",
+                    "--define",
+                    f"_rpmdir {out}",
+                    "--define",
+                    "_build_name_fmt %%{NAME}-%%{VERSION}-%%{RELEASE}.%%{ARCH}.rpm",
+                    "--define",
+                    "__os_install_post %{nil}",
+                    "--define",
+                    "_build_id_links none",
+                    "-bb",
+                    str(spec),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            if proc.returncode != 0:
+                raise RuntimeError(f"rpmbuild {self.name} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+            return out / f"{self.name}-{self.upstream}-{release}.noarch.rpm"
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    def nevra(self, release: str) -> str:
+        """The module artifact form: name-epoch:version-release.arch."""
+        return f"{self.name}-{self.epoch or 0}:{self.upstream}-{release}.noarch"
+
+
+def _rpm_dependency(dep: str, release: str, epoch: int | None = None) -> str:
+    m = re.fullmatch(r"(\S+) \(= (\S+)\)", dep)
+    if not m:
+        return dep
+    upstream = m.group(2).rsplit("-", 1)[0]
+    return f"{m.group(1)} = {f'{epoch}:' if epoch is not None else ''}{upstream}-{release}"
+
 
 def driver_packages(names: list[str], version: str) -> list[Package]:
     """The plan's driver packages: the first carries nvidia-smi and nvidia-persistenced."""
@@ -157,11 +281,14 @@ def driver_packages(names: list[str], version: str) -> list[Package]:
         "[Service]\nType=oneshot\nRemainAfterExit=yes\nExecStart=/usr/bin/nvidia-smi mig --boot\n\n"
         "[Install]\nWantedBy=multi-user.target\n"
     )
-    postinst = (
-        'if [ -e /etc/fakegpu/fail-install ]; then echo "fakegpu: simulated driver install failure" >&2; exit 1; fi\n'
+    fail_check = (
+        'if [ -e /etc/fakegpu/fail-install ]; then echo "fakegpu: simulated driver install failure" >&2; exit 1; fi'
+    )
+    activate = (
         "if [ -d /run/systemd/system ]; then systemctl daemon-reload || true; fi\n"
         "systemctl enable fakegpu-boot.service >/dev/null 2>&1 || true"
     )
+    postinst = fail_check + "\n" + activate
     packages = [
         Package(
             core,
@@ -175,6 +302,8 @@ def driver_packages(names: list[str], version: str) -> list[Package]:
                 "/usr/lib/fakegpu/driver-version": (version + "\n", 0o644),
             },
             postinst=postinst,
+            rpm_pre=fail_check,
+            rpm_post=activate,
             description=f"fakegpu stand-in for the NVIDIA driver {version}",
         )
     ]
@@ -231,6 +360,112 @@ def toolkit_packages(version: str) -> list[Package]:
     ]
 
 
+def rpm_driver_packages(names: list[str], version: str) -> list[Package]:
+    """The driver packages as NVIDIA's EL9 repository has them: epoch 3, and the DKMS kernel module
+    package requires dkms (from EPEL)."""
+    packages = driver_packages(names, version)
+    for pkg in packages:
+        pkg.epoch = CUDA_RPM_EPOCH
+        if pkg.name.startswith("kmod-") and pkg.name.endswith("-dkms"):
+            pkg.rpm_requires.append("dkms")
+    return packages
+
+
+def driver_module(stream: str, packages: list[Package], release: str = CUDA_RPM_RELEASE) -> dict:
+    """A modulemd v2 document for `name:stream` whose artifacts are the packages (dnf shows them only
+    while the stream is enabled)."""
+    name, stream_name = stream.split(":", 1)
+    return {
+        "document": "modulemd",
+        "version": 2,
+        "data": {
+            "name": name,
+            "stream": stream_name,
+            "version": 20261130000000,
+            "context": "00000000",
+            "arch": "x86_64",
+            "summary": "fakegpu stand-in for the NVIDIA driver module",
+            "description": f"fakegpu: the NVIDIA driver packages of stream {stream_name} (tests only)",
+            "license": {"module": ["MIT"]},
+            "profiles": {"default": {"rpms": [packages[0].name]}},
+            "artifacts": {"rpms": sorted(p.nevra(release) for p in packages)},
+        },
+    }
+
+
+def kernel_package_name(spec: str) -> tuple[str, str, str]:
+    """(name, version, release) that dnf finds for `spec` (e.g. kernel-devel-$(uname -r)): a Rocky
+    kernel reads as name-version-release.arch; another kernel's release may hold dashes, which an
+    RPM version cannot, so the name takes the rest (dnf tries name-version-release first)."""
+    parts = spec.rsplit("-", 2)
+    if len(parts) < 3 or parts[0] in ("kernel", ""):
+        return spec, "1.0", "1"
+    return parts[0], parts[1], parts[2]
+
+
+def rocky_base_packages(kernel_headers: list[str]) -> list[tuple[Package, str]]:
+    """What the roles install from Rocky's own repositories: the dnf plugins (their files are
+    Debian's, in the image), the headers of the running kernel, and the installed kernel's packages."""
+    out = [
+        (Package("dnf-plugins-core", "4.3.0-1", description="fakegpu stand-in for dnf-plugins-core"), "20.el9"),
+        (
+            Package(
+                "python3-dnf-plugin-versionlock",
+                "4.3.0-1",
+                description="fakegpu stand-in for the dnf versionlock plugin",
+            ),
+            "20.el9",
+        ),
+    ]
+    for spec in kernel_headers:
+        name, version, release = kernel_package_name(spec)
+        out.append(
+            (Package(name, f"{version}-1", description="fakegpu stand-in for the running kernel's headers"), release)
+        )
+    out.append(
+        (
+            Package(
+                "bash",
+                "5.1.8-1",
+                rpm_provides=["/bin/sh", "/bin/bash", "/usr/bin/sh", "/usr/bin/bash"],
+                description="fakegpu stand-in for bash",
+            ),
+            "9.el9",
+        )
+    )
+    version, release = ROCKY_KERNEL
+    for name in ROCKY_INSTALLED[1:]:
+        out.append((Package(name, f"{version}-1", description="fakegpu stand-in for the installed kernel"), release))
+    return out
+
+
+def epel_release_package(url: str, key: Key) -> Package:
+    """epel-release: the EPEL repository (the site's mirror of it) and its signing key."""
+    repo = (
+        "[epel]\nname=Extra Packages for Enterprise Linux 9 - $basearch\n"
+        f"baseurl={url}/{EPEL_REPO.replace('/x86_64', '/$basearch')}/\n"
+        "enabled=1\ngpgcheck=1\ncountme=1\ngpgkey=file:///etc/pki/rpm-gpg/RPM-GPG-KEY-EPEL-9\n"
+    )
+    return Package(
+        "epel-release",
+        "9-1",
+        files={
+            "/etc/yum.repos.d/epel.repo": (repo, 0o644),
+            "/etc/pki/rpm-gpg/RPM-GPG-KEY-EPEL-9": (key.armored, 0o644),
+        },
+        description="fakegpu stand-in for epel-release",
+    )
+
+
+def docker_ce_packages() -> list[tuple[Package, str]]:
+    """Docker CE's package names; the engine's binaries are Debian's docker.io, in the host image."""
+    return [
+        (Package("docker-ce", "28.5.1-1", epoch=3, description="fakegpu stand-in for docker-ce"), "1.el9"),
+        (Package("docker-ce-cli", "28.5.1-1", epoch=1, description="fakegpu stand-in for docker-ce-cli"), "1.el9"),
+        (Package("containerd.io", "1.7.28-1", description="fakegpu stand-in for containerd.io"), "1.el9"),
+    ]
+
+
 class Kit:
     """Signed repositories under one directory, served on 127.0.0.1."""
 
@@ -279,6 +514,76 @@ class Kit:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(self.key(key).armored)
 
+    def add_rpms(self, repo: str, packages: list[tuple[Package, str]]) -> Path:
+        """Build (package, release) pairs as RPMs into the dnf repository `repo`."""
+        directory = self.root / repo
+        directory.mkdir(parents=True, exist_ok=True)
+        for pkg, release in packages:
+            pkg.build_rpm(directory, release)
+        return directory
+
+    def publish_rpm(
+        self,
+        repo: str,
+        key: str,
+        *,
+        sign_packages: bool = True,
+        modules: list[dict] | None = None,
+        key_file: str | None = None,
+    ) -> None:
+        """Sign the RPMs (rpmsign), make the repodata (createrepo_c), add module metadata
+        (modifyrepo_c) and sign repomd.xml (repomd.xml.asc) with the kit's `key`."""
+        directory = self.root / repo
+        directory.mkdir(parents=True, exist_ok=True)
+        signer = self.key(key)
+        env = {**os.environ, "GNUPGHOME": str(signer.home)}
+        rpms = sorted(str(p) for p in directory.glob("*.rpm"))
+        if sign_packages and rpms:
+            _run(
+                [
+                    "rpmsign",
+                    "--define",
+                    f"_gpg_name {signer.fingerprint}",
+                    "--define",
+                    f"__gpg {shutil.which('gpg')}",
+                    "--addsign",
+                    *rpms,
+                ],
+                env=env,
+            )
+        _run(["createrepo_c", "--quiet", "--update", str(directory)])
+        if modules:
+            modules_yaml = directory.parent / f".{directory.name}-modules.yaml"
+            modules_yaml.write_text(
+                yaml.safe_dump_all(modules, explicit_start=True, explicit_end=True, sort_keys=False)
+            )
+            target = modules_yaml.with_name("modules.yaml")
+            modules_yaml.rename(target)
+            try:
+                _run(["modifyrepo_c", "--mdtype=modules", str(target), str(directory / "repodata")])
+            finally:
+                target.unlink(missing_ok=True)
+        repomd = directory / "repodata" / "repomd.xml"
+        _run(
+            [
+                "gpg",
+                "--batch",
+                "--yes",
+                "--local-user",
+                signer.fingerprint,
+                "--armor",
+                "--detach-sign",
+                "-o",
+                f"{repomd}.asc",
+                str(repomd),
+            ],
+            env=env,
+        )
+        if key_file:
+            target = self.root / key_file
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(signer.armored)
+
     def serve(self) -> str:
         self.server = RecordingServer(self.root)
         return self.server.url
@@ -288,6 +593,14 @@ class Kit:
             self.server.close()
         for key in self.keys.values():
             key.close()
+
+
+def _run(argv: list[str], *, env: dict | None = None, timeout: float = 120) -> None:
+    proc = subprocess.run(
+        argv, env=env, capture_output=True, text=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"{argv[0]} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
 
 
 class _Handler(http.server.SimpleHTTPRequestHandler):

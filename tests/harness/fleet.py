@@ -34,6 +34,63 @@ HOST_PACKAGES = (
     "procps",
     "iproute2",
 )
+# A Rocky-Linux-9-shaped host: a Debian root with Debian's dnf 4.14 (the version Rocky 9 ships),
+# rpm and the dnf plugins, dressed as Rocky 9 so that Ansible reports os_family RedHat,
+# distribution Rocky, pkg_mgr dnf and the roles run their RedHat task files. The rpm database is
+# where Rocky keeps it; dnf sees only the repositories of /etc/yum.repos.d (the site's mirrors, on
+# loopback), never Debian's. The Docker engine's binaries are Debian's docker.io (see fakegpu
+# docker_ce_packages for the packages the role installs).
+ROCKY_RELEASE = "9.6"
+ROCKY_HOST_PACKAGES = (
+    *(p for p in HOST_PACKAGES if p != "python3-apt"),
+    "dnf",
+    "python3-dnf",
+    "rpm",
+    "dnf-plugins-core",
+    "createrepo-c",
+)
+ROCKY_OS_RELEASE = f"""NAME="Rocky Linux"
+VERSION="{ROCKY_RELEASE} (Blue Onyx)"
+ID="rocky"
+ID_LIKE="rhel centos fedora"
+VERSION_ID="{ROCKY_RELEASE}"
+PLATFORM_ID="platform:el9"
+PRETTY_NAME="Rocky Linux {ROCKY_RELEASE} (Blue Onyx)"
+ANSI_COLOR="0;32"
+LOGO="fedora-logo-icon"
+CPE_NAME="cpe:/o:rocky:rocky:9::baseos"
+HOME_URL="https://rockylinux.org/"
+BUG_REPORT_URL="https://bugs.rockylinux.org/"
+SUPPORT_END="2032-05-31"
+ROCKY_SUPPORT_PRODUCT="Rocky-Linux-9"
+ROCKY_SUPPORT_PRODUCT_VERSION="{ROCKY_RELEASE}"
+REDHAT_SUPPORT_PRODUCT="Rocky Linux"
+REDHAT_SUPPORT_PRODUCT_VERSION="{ROCKY_RELEASE}"
+"""
+ROCKY_FILES = {
+    "/etc/os-release": ROCKY_OS_RELEASE,
+    "/usr/lib/os-release": ROCKY_OS_RELEASE,
+    "/etc/redhat-release": f"Rocky Linux release {ROCKY_RELEASE} (Blue Onyx)\n",
+    "/etc/rocky-release": f"Rocky Linux release {ROCKY_RELEASE} (Blue Onyx)\n",
+    "/etc/system-release": f"Rocky Linux release {ROCKY_RELEASE} (Blue Onyx)\n",
+    "/etc/dnf/dnf.conf": (
+        "[main]\ngpgcheck=1\ninstallonly_limit=3\nclean_requirements_on_remove=True\nbest=True\n"
+        "skip_if_unavailable=False\n"
+    ),
+    # Rocky's rocky-release package provides system-release(releasever); here dnf reads the vars.
+    "/etc/dnf/vars/releasever": "9\n",
+    "/etc/dnf/vars/basearch": "x86_64\n",
+    # Debian's dnf-plugins-core enables `local` (a createrepo run after every transaction); Rocky
+    # does not ship it.
+    "/etc/dnf/plugins/local.conf": "[main]\nenabled=0\n",
+    # Debian's rpm keeps its database in ~/.rpmdb; Rocky's is /var/lib/rpm.
+    "/etc/rpm/macros.dbpath": "%_dbpath /var/lib/rpm\n",
+}
+ROCKY_SETUP = (
+    "rm -f /etc/debian_version /etc/apt/sources.list /etc/apt/sources.list.d/* /var/cache/apt/*.bin",
+    "mkdir -p /etc/yum.repos.d /etc/pki/rpm-gpg /var/lib/rpm && rpmdb --initdb",
+    "rm -rf /etc/yum.repos.d/* /etc/yum/repos.d /etc/distro.repos.d",
+)
 # Docker inside a container: no overlay mounts, no iptables, no bridge. These keys are already in
 # daemon.json when provision runs, and must survive its merge.
 PRESET_DAEMON_JSON = {
@@ -53,6 +110,7 @@ class Host:
     secure_boot: bool = False
     fail_install: bool = False
     unreachable: bool = False  # in the inventory, but no container listens on its port
+    os: str = "debian12"  # or rocky9: the Rocky-9-shaped image, the site's dnf mirrors
     port: int = 0
     container: object = None
 
@@ -68,7 +126,18 @@ class Fleet:
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
-        image = rootfs.image(self.client, "debian12-host", include=HOST_PACKAGES, cmd='["/sbin/init"]')
+        images = {}
+        if any(h.os == "debian12" for h in self.hosts):
+            images["debian12"] = rootfs.image(self.client, "debian12-host", include=HOST_PACKAGES, cmd='["/sbin/init"]')
+        if any(h.os == "rocky9" for h in self.hosts):
+            images["rocky9"] = rootfs.image(
+                self.client,
+                "rocky9-host",
+                include=ROCKY_HOST_PACKAGES,
+                cmd='["/sbin/init"]',
+                files=ROCKY_FILES,
+                setup=ROCKY_SETUP,
+            )
         self.key = self.workdir / "id_ed25519"
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.key)], check=True)
         for host in self.hosts:
@@ -76,7 +145,7 @@ class Fleet:
             if host.unreachable:
                 continue
             host.container = self.client.containers.create(
-                image,
+                images[host.os],
                 command="/sbin/init",
                 name=f"{self.prefix}-{host.name}",
                 detach=True,
@@ -97,6 +166,14 @@ class Fleet:
         for host in self.hosts:
             if not host.unreachable:
                 self._wait_ssh(host)
+        for host in self.hosts:
+            if host.os == "rocky9" and not host.unreachable:
+                # a Rocky host as installed: bash and its kernel packages in the rpm database (from
+                # the site's BaseOS mirror, which imports Rocky's key), nothing else
+                self.exec(
+                    host,
+                    f"timeout 300 dnf -y -q install {' '.join(fakegpu.ROCKY_INSTALLED)} && timeout 120 dnf -q clean all",
+                )
 
     def stop(self) -> None:
         for host in self.hosts:
@@ -151,13 +228,19 @@ class Fleet:
             "BatchMode=yes",
         ]
 
-    def inventory(self, path: Path, group_vars: dict, *, hosts: list[Host] | None = None) -> Path:
+    def inventory(
+        self, path: Path, group_vars: dict, *, hosts: list[Host] | None = None, groups_vars: dict | None = None
+    ) -> Path:
+        """groups_vars: group -> variables of that group only (over group_vars, which all hosts get)."""
         groups: dict[str, dict] = {}
         for host in hosts or self.hosts:
             groups.setdefault(host.group, {"hosts": {}})["hosts"][host.name] = {
                 "ansible_host": "127.0.0.1",
                 "ansible_port": host.port,
             }
+        for group, variables in (groups_vars or {}).items():
+            if group in groups:
+                groups[group]["vars"] = variables
         doc = {
             "all": {
                 "vars": {
@@ -175,7 +258,6 @@ class Fleet:
 
     # -- internals ------------------------------------------------------------------------
     def _files(self, host: Host) -> bytes:
-        debian_key = self.kit.key("debian").armored
         files: dict[str, tuple[str, int]] = {
             "etc/ssh/sshd_config.d/provision-test.conf": (
                 f"ListenAddress 127.0.0.1:{host.port}\nPermitRootLogin prohibit-password\nPasswordAuthentication no\n"
@@ -183,12 +265,7 @@ class Fleet:
                 0o644,
             ),
             "root/.ssh/authorized_keys": (Path(f"{self.key}.pub").read_text(), 0o600),
-            "etc/apt/keyrings/provision-test-debian.asc": (debian_key, 0o644),
-            "etc/apt/sources.list.d/provision-test-debian.list": (
-                "# the site's Debian mirror (fakegpu kit, loopback)\n"
-                f"deb [signed-by=/etc/apt/keyrings/provision-test-debian.asc] {self.kit.server.url}/{fakegpu.DEBIAN_REPO}/ /\n",
-                0o644,
-            ),
+            **(self._rocky_repos() if host.os == "rocky9" else self._debian_sources()),
             "etc/docker/daemon.json": (json.dumps(PRESET_DAEMON_JSON, indent=2) + "\n", 0o644),
             "etc/fakegpu/gpu.json": (json.dumps(host.gpu, indent=2) + "\n", 0o644),
         }
@@ -222,6 +299,38 @@ class Fleet:
                 info.mode = mode
                 tar.addfile(info, io.BytesIO(data))
         return buf.getvalue()
+
+    def _debian_sources(self) -> dict[str, tuple[str, int]]:
+        return {
+            "etc/apt/keyrings/provision-test-debian.asc": (self.kit.key("debian").armored, 0o644),
+            "etc/apt/sources.list.d/provision-test-debian.list": (
+                "# the site's Debian mirror (fakegpu kit, loopback)\n"
+                f"deb [signed-by=/etc/apt/keyrings/provision-test-debian.asc] {self.kit.server.url}/{fakegpu.DEBIAN_REPO}/ /\n",
+                0o644,
+            ),
+        }
+
+    def _rocky_repos(self) -> dict[str, tuple[str, int]]:
+        """Rocky's rocky.repo and rocky-extras.repo, pointed at the site's mirror (fakegpu kit,
+        loopback): BaseOS and extras enabled, CRB present and disabled, as Rocky installs them."""
+        url = self.kit.server.url
+        key = "gpgkey=file:///etc/pki/rpm-gpg/RPM-GPG-KEY-Rocky-9\n"
+
+        def section(repo_id: str, name: str, path: str, enabled: int) -> str:
+            baseurl = f"{url}/{path}".replace("/9/", "/$releasever/").replace("/x86_64/", "/$basearch/")
+            return f"[{repo_id}]\nname=Rocky Linux $releasever - {name}\nbaseurl={baseurl}/\ngpgcheck=1\nenabled={enabled}\n{key}"
+
+        rocky = "\n".join(
+            [
+                section("baseos", "BaseOS", fakegpu.ROCKY_BASEOS_REPO, 1),
+                section("crb", "CRB", fakegpu.ROCKY_CRB_REPO, 0),
+            ]
+        )
+        return {
+            "etc/pki/rpm-gpg/RPM-GPG-KEY-Rocky-9": (self.kit.key("rocky").armored, 0o644),
+            "etc/yum.repos.d/rocky.repo": (rocky, 0o644),
+            "etc/yum.repos.d/rocky-extras.repo": (section("extras", "Extras", fakegpu.ROCKY_EXTRAS_REPO, 1), 0o644),
+        }
 
     def _wait_ssh(self, host: Host, timeout: float = 90.0) -> None:
         deadline = time.monotonic() + timeout
