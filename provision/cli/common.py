@@ -80,7 +80,8 @@ def load_plan(ctx, *, plan_file, os_id, gpu, driver, cuda, cudnn, framework, pol
         )
     from provision.plan.resolve import resolve
 
-    return resolve(load_matrix(ctx), PlanRequest(os_id, gpu, driver, cuda, cudnn, framework, policy))
+    # held to the plan schema like a lock file, before any command hands it to a template or a host
+    return resolve(load_matrix(ctx), PlanRequest(os_id, gpu, driver, cuda, cudnn, framework, policy)).check()
 
 
 def default_variant(plan, variant):

@@ -181,3 +181,29 @@ def test_an_expired_lock_is_taken_over_and_every_run_gives_its_lock_back(fleet_e
         p.read_text() for p in (tmp_path / "takeover" / "artifacts").rglob("stdout")
     )
     assert exec_(HOST, f"test -e {LOCK} && echo held || echo free").strip() == "free"
+
+
+def test_no_reboot_into_a_kernel_without_the_nvidia_module(fleet_env, tmp_path):
+    """The driver changes and a reboot is due, but the kernel the next boot starts has no nvidia
+    module (a container has no /lib/modules of its own): the host fails, naming the kernel, and is
+    not rebooted."""
+    exec_ = fleet_env.fleet.exec
+    package = fleet_env.plans["a100"].driver.packages[-1].name
+    exec_(HOST, f"apt-mark unhold {package} >/dev/null; dpkg -r --force-depends {package} >/dev/null 2>&1")
+    try:
+        rc, out, summary = apply_full(
+            fleet_env,
+            tmp_path / "reboot",
+            "-e",
+            "nvidia_driver_manage_kernel_modules=true",
+            "-e",
+            "nvidia_driver_reboot=always",
+        )
+        assert rc == 1, out
+        host = summary["hosts"][HOST]
+        assert "no reboot: no nvidia module is built for" in host["cause"]
+        assert "dkms autoinstall" in host["cause"]
+        assert host["rebooted"] is False
+    finally:
+        rc, out, _ = apply_full(fleet_env, tmp_path / "repair")
+        assert rc == 0, out
