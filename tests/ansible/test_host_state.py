@@ -168,3 +168,11 @@ def test_boot_check(secure_boot, module, signer, refused, said):
     if refused:
         assert said in why
         assert "dkms" in why
+
+
+def test_gpu_processes_tells_an_absent_nvidia_smi_from_an_idle_one(tmp_path):
+    assert host_state.gpu_processes(str(tmp_path / "no-such-nvidia-smi")) == (None, None)
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\nprintf '4242\\n'\n")
+    smi.chmod(0o755)
+    assert host_state.gpu_processes(str(smi)) == ([4242], None)

@@ -171,10 +171,10 @@ def loaded_version(version_path):
 
 
 def gpu_processes(nvidia_smi):
-    """(compute PIDs, error): error is None when nvidia-smi answered, or is absent altogether."""
+    """(compute PIDs, error): PIDs None when nvidia-smi is not installed; error None when it answered."""
     exe = shutil.which(nvidia_smi)
     if exe is None:
-        return [], None
+        return None, None
     try:
         proc = subprocess.run([exe, "--query-compute-apps=pid", "--format=csv,noheader"],
                               capture_output=True, text=True, timeout=60, check=False)
@@ -358,8 +358,7 @@ def main():
     modules = loaded_modules(p["proc_modules_path"])
     version = loaded_version(p["driver_version_path"])
     pids, smi_error = gpu_processes(p["nvidia_smi"])
-    smi_present = shutil.which(p["nvidia_smi"]) is not None
-    use, evidence = gpu_use("nvidia" in modules, pids if smi_present else None, smi_error, device_users(p["proc_path"]),
+    use, evidence = gpu_use("nvidia" in modules, pids, smi_error, device_users(p["proc_path"]),
                             uvm_refcount(p["sys_module_path"]))
     result = {
         "changed": False,
@@ -368,7 +367,7 @@ def main():
         "nvidia_loaded": "nvidia" in modules,
         "nouveau_loaded": "nouveau" in modules,
         "loaded_version": version,
-        "gpu_processes": pids,
+        "gpu_processes": pids or [],
         "nvidia_smi_error": smi_error,
         "gpu_use": use,
         "gpu_use_evidence": evidence,
