@@ -79,6 +79,8 @@ class PlanCuda(NamedTuple):
     label: str
     min_driver: str
     compatibility: str  # "toolkit-driver" or "minor-version"
+    # the compute capabilities this CUDA can build for (cuda.yaml): what a base or devel image serves
+    compute_capabilities: tuple[str, ...] | None = None
 
 
 class PlanCudnn(NamedTuple):
@@ -99,6 +101,8 @@ class PlanFramework(NamedTuple):
     libraries: str
     requirement: str  # what pip takes: "torch==2.5.1"
     requires_python: str | None = None  # the wheel's Requires-Python
+    compute_capabilities: tuple[str, ...] | None = None  # SASS in the build, where published
+    ptx: str | None = None  # PTX embedded too: GPUs at or above it JIT-compile from it
 
 
 class PlanFabricManager(NamedTuple):
@@ -201,6 +205,13 @@ class Plan(NamedTuple):
             body.pop("mig", None)
         if body["request"].get("mig") is None:
             body["request"].pop("mig", None)
+        for part, key in (
+            ("cuda", "compute_capabilities"),
+            ("framework", "compute_capabilities"),
+            ("framework", "ptx"),
+        ):
+            if body.get(part) is not None and body[part].get(key) is None:
+                body[part].pop(key, None)
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
         return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 

@@ -731,7 +731,14 @@ def _cuda_part(ctx: Context, cand: Candidate, link: CudaLink) -> tuple[PlanCuda,
         f"and has {ctx.os.cuda_image_os} images; {cuda_why}",
         cuda.source,
     )
-    return PlanCuda(str(cuda.version), cuda.label, str(cuda.min_driver), link.compat), driver_floor, why
+    targets = tuple(
+        sorted(
+            {s.compute_capability for s in ctx.matrix.compute_support if s.cuda.contains(cuda.version)},
+            key=lambda cc: tuple(int(x) for x in cc.split(".")),
+        )
+    )
+    part = PlanCuda(str(cuda.version), cuda.label, str(cuda.min_driver), link.compat, targets or None)
+    return part, driver_floor, why
 
 
 def _image_part(ctx: Context, cand: Candidate) -> tuple[str, dict[str, str], Reason]:
@@ -792,6 +799,8 @@ def _framework_part(ctx: Context, cand: Candidate, reasons: list[Reason]) -> Pla
         libraries=build.libraries,
         requirement=requirement,
         requires_python=fw_release.python,
+        compute_capabilities=tuple(build.compute_capabilities) if build.compute_capabilities else None,
+        ptx=build.ptx,
     )
 
 

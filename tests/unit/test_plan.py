@@ -163,6 +163,9 @@ def test_digest_of_a_plan_without_mig_is_unchanged_by_the_mig_field(plan):
     for key in ("reasons", "data", "mig"):
         body.pop(key)
     body["request"].pop("mig")
+    for part, key in (("cuda", "compute_capabilities"), ("framework", "compute_capabilities"), ("framework", "ptx")):
+        if body[part] is not None and body[part][key] is None:
+            body[part].pop(key)  # added after schema 1 too: absent unless set
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
     assert plan.digest() == "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -181,3 +184,22 @@ def test_bad_mig_layouts_are_refused(cli, gpu, layout, message):
     assert res.code == 2, res
     assert message in res.err, res
     assert "hint:" in res.err, res
+
+
+def test_a_lock_written_before_the_sm_fields_still_verifies(plan):
+    """Plans written before they recorded SM lists (cuda and framework compute_capabilities, ptx) load
+    with those fields unset and keep their digest."""
+    doc = plan.to_dict()
+    doc["cuda"].pop("compute_capabilities")
+    doc["framework"].pop("compute_capabilities")
+    doc["framework"].pop("ptx")
+    stripped = plan._replace(
+        cuda=plan.cuda._replace(compute_capabilities=None),
+        framework=plan.framework._replace(compute_capabilities=None, ptx=None),
+    )
+    doc["digest"] = stripped.digest()
+    loaded = Plan.from_dict(doc, origin="old.lock.json")
+    assert loaded.cuda.compute_capabilities is None
+    assert loaded.framework.ptx is None
+    assert loaded.digest() == doc["digest"]
+    assert plan.digest() != stripped.digest(), "the SM lists are pinned by the digest once recorded"
