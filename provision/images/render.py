@@ -87,9 +87,38 @@ def _satisfies(version: str, spec: str) -> bool:
     return VersionSpec(clean).contains(DottedVersion(version)) if clean else True
 
 
-def image_tags(plan: Plan, variant: str) -> tuple[str, ...]:
+def content_digest(files: dict[str, str]) -> str:
+    """sha256 over a build context (names and contents): plans that render the same files share an image."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name in sorted(files):
+        for part in (name, files[name]):
+            data = part.encode()
+            digest.update(len(data).to_bytes(8, "big") + data)
+    return "sha256:" + digest.hexdigest()
+
+
+def image_tags(plan: Plan, variant: str, files: dict[str, str]) -> tuple[str, ...]:
+    """The readable tag (what is inside) and the content tag (exactly which build context).
+
+    Neither names a GPU or a plan: plans for different GPUs that render the same context share both,
+    so a CI matrix builds and pushes each image once (image.lock.json maps plans to images)."""
     fw = f"{plan.framework.name}{plan.framework.version}" if plan.framework and variant != "base" else variant
-    return (f"{fw}-cuda{plan.cuda.version}-{plan.os.cuda_image_os}", f"plan-{plan.short_digest}-{variant}")
+    content = content_digest(files).removeprefix("sha256:")[:12]
+    return (f"{fw}-cuda{plan.cuda.version}-{plan.os.cuda_image_os}", f"content-{content}-{variant}")
+
+
+def supported_sms(plan: Plan, variant_framework: bool) -> str:
+    """The GPUs an image serves, as compute capabilities: the framework build's SASS (and PTX), else
+    what the plan's CUDA can build for. Replaces a GPU id, which would split identical images."""
+    fw = plan.framework if variant_framework else None
+    if fw is not None and (fw.compute_capabilities or fw.ptx):
+        sms = " ".join(f"sm_{cc.replace('.', '')}" for cc in fw.compute_capabilities or ())
+        return (sms + (f" +PTX compute_{fw.ptx.replace('.', '')}" if fw.ptx else "")).strip()
+    if plan.cuda.compute_capabilities:
+        return " ".join(f"sm_{cc.replace('.', '')}" for cc in plan.cuda.compute_capabilities)
+    return "unknown"
 
 
 def render_image(
@@ -135,10 +164,9 @@ def render_image(
         "org.opencontainers.image.description": spec["description"],
         "org.opencontainers.image.version": fw.version if fw else plan.cuda.version,
         "org.opencontainers.image.base.name": from_ref,
-        "io.provision.plan-digest": plan.digest(),
         "io.provision.variant": variant,
-        "io.provision.os": plan.os.id,
-        "io.provision.gpu": plan.gpu.id,
+        "io.provision.image-os": plan.os.cuda_image_os,
+        "io.provision.sm": supported_sms(plan, fw is not None and bool(needs)),
         "io.provision.driver-floor": plan.driver_floor,
         "io.provision.cuda": plan.cuda.version,
         "io.provision.cudnn": plan.cudnn.version if plan.cudnn else "none",
@@ -170,7 +198,7 @@ def render_image(
     if fw is not None:
         lines = [f"--index-url {fw.index_url}"] if fw.index_url else []
         files["requirements.txt"] = "\n".join([*lines, fw.requirement]) + "\n"
-    return RenderedImage(variant, dockerfile, files, from_ref, image_tags(plan, variant), labels)
+    return RenderedImage(variant, dockerfile, files, from_ref, image_tags(plan, variant, files), labels)
 
 
 def write_context(rendered: RenderedImage, plan: Plan, out: str) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from provision.errors import InputError
-from provision.images.render import image_tags, render_image, variants, write_context
+from provision.images.render import content_digest, image_tags, render_image, variants, write_context
 from provision.plan.model import PlanRequest, nvidia_require_cuda
 from provision.plan.resolve import resolve
 
@@ -32,13 +32,15 @@ def test_pytorch_on_rocky(real_matrix):
     assert "apt-get" not in df
     assert "--no-cache-dir" in df
     assert 'ENV NVIDIA_REQUIRE_CUDA="cuda>=12.4"' in df
-    assert f'io.provision.plan-digest="{plan.digest()}"' in df
+    assert "plan-digest" not in df, "no plan id: plans share images"
+    assert "io.provision.gpu" not in df, "no GPU id: plans share images"
+    assert 'io.provision.sm="sm_50 sm_60 sm_70 sm_75 sm_80 sm_86 sm_90"' in df, "the torch build's SASS"
     assert 'io.provision.framework="torch==2.5.1"' in df
     assert f'io.provision.driver-floor="{plan.driver_floor}"' in df
     assert "USER 10001:10001" in df
     assert "created" not in df
     assert r.files["requirements.txt"] == "torch==2.5.1\n"
-    assert r.tags == ("pytorch2.5.1-cuda12.4.1-rockylinux9", f"plan-{plan.short_digest}-pytorch")
+    assert r.tags == ("pytorch2.5.1-cuda12.4.1-rockylinux9", f"content-{content_digest(r.files)[7:19]}-pytorch")
 
 
 def test_tensorflow_on_ubuntu(real_matrix):
@@ -212,5 +214,21 @@ def test_sweep_renders_and_lints_every_supported_combination(real_matrix, tmp_pa
 
 def test_image_tags(real_matrix):
     plan = plan_for(real_matrix, "ubuntu22.04", "h100-sxm", framework="tensorflow==2.15.0")
-    assert image_tags(plan, "tensorflow")[0] == "tensorflow2.15.0-cuda12.2.2-ubuntu22.04"
-    assert image_tags(plan, "base")[0] == "base-cuda12.2.2-ubuntu22.04"
+    files = {"Dockerfile": "FROM x\n"}
+    assert image_tags(plan, "tensorflow", files)[0] == "tensorflow2.15.0-cuda12.2.2-ubuntu22.04"
+    assert image_tags(plan, "base", files)[0] == "base-cuda12.2.2-ubuntu22.04"
+    assert image_tags(plan, "base", files)[1] == f"content-{content_digest(files)[7:19]}-base"
+    assert content_digest({"Dockerfile": "FROM x\n", "a": "b"}) != content_digest({"Dockerfile": "FROM x\na", "": "b"})
+
+
+def test_plans_for_different_gpus_share_one_image(real_matrix):
+    """H100 and A100 plans of one framework build render one build context: one image, one content tag."""
+    one = render_image(plan_for(real_matrix, "ubuntu22.04", "h100-sxm", framework="torch==2.5.1"), "pytorch")
+    two = render_image(plan_for(real_matrix, "ubuntu22.04", "a100-pcie", framework="torch==2.5.1"), "pytorch")
+    assert one.files == two.files
+    assert one.tags == two.tags
+    plan = plan_for(real_matrix, "ubuntu22.04", "h100-sxm")
+    base = render_image(plan, "base")
+    sms = base.labels["io.provision.sm"].split()
+    assert "sm_90" in sms, "a base image serves what its CUDA builds for"
+    assert sms == [f"sm_{cc.replace('.', '')}" for cc in plan.cuda.compute_capabilities]

