@@ -23,7 +23,7 @@ COMMANDS = {
     "inventory": "provision.cli.fleet:inventory_group",
     "render": "provision.cli.images:render_cmd",
     "build": "provision.cli.images:build_cmd",
-    "ci": "provision.cli.images:ci_group",
+    "ci": "provision.cli.ci:ci_group",
     "verify": "provision.cli.verify:verify_cmd",
     "doctor": "provision.cli.doctor:doctor_cmd",
     "gpus": "provision.cli.gpus:gpus_cmd",

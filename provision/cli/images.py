@@ -172,36 +172,3 @@ class BuildDisplay:
             self.console.print(line, markup=False, highlight=False)
         else:
             print(line, file=self.stream, flush=True)
-
-
-@click.group("ci")
-def ci_group():
-    """Generate CI workflows that build the plans' images."""
-
-
-@ci_group.command("github")
-@click.option("--plan", "plans", multiple=True, type=click.Path(dir_okay=False), help="Plan lock file (repeatable).")
-@click.option("--plans", "plans_dir", type=click.Path(file_okay=False), help="Directory of *.lock.json plans.")
-@click.option("--variant", help="Variant for every plan (default: each plan's framework, else base).")
-@click.option(
-    "--repo", default="ghcr.io/${{ github.repository_owner }}/gpu", show_default=True, help="Image repository."
-)
-@click.option(
-    "--push/--no-push", default=True, show_default=True, help="Push from the default branch and tags (never from PRs)."
-)
-@click.option("--default-branch", default="main", show_default=True, help="The branch whose builds are pushed.")
-@click.option(
-    "--out", default=".github/workflows/provision-images.yml", show_default=True, type=click.Path(dir_okay=False)
-)
-def ci_github_cmd(*, plans, plans_dir, variant, repo, push, default_branch, out):
-    """Write a GitHub Actions workflow that builds the plans' images as a matrix with a pinned provision."""
-    from provision.images.ci import github_workflow
-
-    check_output(out, "--out")
-    text = github_workflow(
-        list(plans), plans_dir, variant=variant, repo=repo, push=push, out=out, default_branch=default_branch
-    )
-    with open(out, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    click.echo(out)
-    return 0

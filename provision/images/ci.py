@@ -1,22 +1,49 @@
-"""CI workflow generation: one matrix job per plan, building with provision installed from the
-checked-out repository under its own hash-locked requirements, actions pinned by commit."""
+"""CI pipelines that build the plans' images: GitHub Actions and GitLab CI.
+
+Both build each distinct image once. Plans are rendered at generation time; plans whose build
+contexts are identical (the same Dockerfile and requirements: images carry no GPU or plan id) share
+one job, and the job re-renders in CI and refuses to build when the context no longer matches the
+content digest it was generated for. Builds run on BuildKit with a layer cache, SBOM and provenance
+attestations; pushes happen only from the default branch and tags; the tool itself is installed
+from the checked-out repository under its own hash-locked requirements.
+"""
+
+from __future__ import annotations
 
 import glob
 import json
 import os
 import re
+from typing import Any, NamedTuple
 
 from provision.errors import CompatDataError, InputError
-from provision.plan.model import read_plan
+from provision.plan.model import Plan, read_plan
 from provision.resources import compat_dir
 
 TOOL_LOCK = "requirements/provision.lock"
 ACTIONS_FILE = "ci_actions.yaml"
 OWNER_PLACEHOLDER = "${{ github.repository_owner }}"
+CONTEXT_DIR = "build-context"
+PLAN_FILE = "plan.lock.json"  # written beside the Dockerfile for people; not part of the image's content
+PLATFORM = "linux/amd64"
+# what a path in a pipeline may look like: relative, inside the repository, no shell or YAML syntax
+SAFE_PATH = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./-]{0,250}$")
 
 
-def load_actions(directory: str | None = None) -> dict[str, dict[str, str]]:
-    """compat/ci_actions.yaml, checked against its schema: name -> {uses, version, sha, ...}."""
+class Job(NamedTuple):
+    """One image to build: the plans that render it, its variant and its tags."""
+
+    name: str
+    plan: str  # the plan CI renders from (the first of `plans`)
+    plans: tuple[str, ...]  # every plan whose image this is, repository-relative
+    plan_digests: tuple[str, ...]
+    variant: str
+    content: str  # sha256 over the build context
+    tags: tuple[str, ...]  # repository-relative: the content tag, then the readable tag unless it collides
+
+
+def load_actions(directory: str | None = None) -> dict[str, Any]:
+    """compat/ci_actions.yaml, checked against its schema: {"actions": {...}, "images": {...}}."""
     import jsonschema
     import yaml
 
@@ -32,7 +59,131 @@ def load_actions(directory: str | None = None) -> dict[str, dict[str, str]]:
     if error is not None:
         where = ".".join(str(x) for x in error.absolute_path)
         raise CompatDataError(ACTIONS_FILE, where, error.message)
-    return doc["actions"]
+    return doc
+
+
+# -- which images to build -----------------------------------------------------------------------
+def plan_files(plans: list[str], plans_dir: str | None) -> list[str]:
+    files = list(plans)
+    if plans_dir:
+        found = sorted(glob.glob(os.path.join(plans_dir, "*.lock.json")))
+        if not found:
+            raise InputError(f"no *.lock.json plans in {plans_dir!r}", hint="write them with provision plan --lock")
+        files += found
+    if not files:
+        raise InputError("no plans given", hint="--plan FILE (repeatable) or --plans DIR")
+    return files
+
+
+def repository_root(out: str, ci_dir: tuple[str, ...]) -> str:
+    """The repository the pipeline file lives in: above .github/workflows, or the current directory."""
+    where = os.path.dirname(os.path.abspath(out))
+    if ci_dir and where.endswith(os.path.join(*ci_dir)):
+        for _ in ci_dir:
+            where = os.path.dirname(where)
+        return where
+    return os.getcwd()
+
+
+def relative_plan(path: str, root: str) -> str:
+    relative = os.path.relpath(os.path.abspath(path), root)
+    if relative == os.pardir or relative.startswith(os.pardir + os.sep):
+        raise InputError(
+            f"plan {path!r} is outside the repository ({root})",
+            hint="commit the plans inside the repository the pipeline builds from",
+        )
+    relative = relative.replace(os.sep, "/")
+    if not SAFE_PATH.fullmatch(relative) or ".." in relative.split("/"):
+        raise InputError(
+            f"plan path {relative!r} cannot be used in a pipeline",
+            hint="name plan files with letters, digits, '.', '_', '-' and '/' only",
+        )
+    return relative
+
+
+def plan_jobs(files: list[str], root: str, variant: str | None) -> list[Job]:
+    """Render every plan; plans with one build context share one job. Readable tags that two
+    different contents would claim are dropped (each keeps its content tag): no two jobs push a tag."""
+    from provision.images.render import content_digest, render_image
+
+    groups: dict[str, dict[str, Any]] = {}
+    for path in files:
+        plan: Plan = read_plan(path)  # refuses anything that is not a plan
+        relative = relative_plan(path, root)
+        chosen = variant or (plan.framework.name if plan.framework else "base")
+        rendered = render_image(plan, chosen)
+        content = content_digest(rendered.files)
+        group = groups.setdefault(
+            content,
+            {
+                "variant": chosen,
+                "readable": rendered.tags[0],
+                "content_tag": f"content-{content.removeprefix('sha256:')[:12]}-{chosen}",
+                "plans": {},
+            },
+        )
+        group["plans"].setdefault(relative, plan.digest())
+    claims: dict[str, int] = {}
+    for group in groups.values():
+        claims[group["readable"]] = claims.get(group["readable"], 0) + 1
+    jobs = []
+    for content, group in sorted(groups.items(), key=lambda item: (item[1]["readable"], item[0])):
+        readable = group["readable"]
+        tags = (group["content_tag"],) + ((readable,) if claims[readable] == 1 else ())
+        plans = tuple(group["plans"])
+        jobs.append(
+            Job(
+                name=f"{readable}-{content.removeprefix('sha256:')[:12]}",
+                plan=plans[0],
+                plans=plans,
+                plan_digests=tuple(group["plans"].values()),
+                variant=group["variant"],
+                content=content,
+                tags=tags,
+            )
+        )
+    return jobs
+
+
+def context_digest(directory: str) -> str:
+    """The content digest of a rendered build context on disk, as render computed it."""
+    from provision.images.render import content_digest
+
+    if not os.path.isdir(directory):
+        raise InputError(f"{directory!r} is not a build context directory", hint="provision render --out DIR first")
+    files = {}
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        if name == PLAN_FILE:
+            continue
+        if not os.path.isfile(path) or os.path.islink(path):
+            raise InputError(f"{path!r} is not a plain file", hint="a build context holds rendered files only")
+        with open(path, encoding="utf-8") as handle:
+            files[name] = handle.read()
+    return content_digest(files)
+
+
+# -- GitHub Actions ------------------------------------------------------------------------------
+def _publish_condition(default_branch: str) -> str:
+    return (
+        "github.event_name != 'pull_request' && (github.ref == format('refs/heads/{0}', '"
+        + default_branch
+        + "') || startsWith(github.ref, 'refs/tags/'))"
+    )
+
+
+def _check_repo(repo: str, placeholder: str) -> None:
+    if not re.fullmatch(r"[a-z0-9][a-z0-9._:/-]*", repo.replace(placeholder, "owner")):
+        raise InputError(
+            f"--repo {repo!r} is not an image repository",
+            hint="lower-case registry/owner/name, e.g. ghcr.io/acme/gpu (the owner placeholder "
+            f"{placeholder} is lower-cased in the job)",
+        )
+
+
+def _check_branch(default_branch: str) -> None:
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9_.-]+)*", default_branch):
+        raise InputError(f"--default-branch {default_branch!r} is not a branch name", hint="e.g. main")
 
 
 def github_workflow(
@@ -45,38 +196,12 @@ def github_workflow(
     out: str,
     default_branch: str = "main",
 ) -> str:
-    import yaml
-
-    files = list(plans)
-    if plans_dir:
-        found = sorted(glob.glob(os.path.join(plans_dir, "*.lock.json")))
-        if not found:
-            raise InputError(f"no *.lock.json plans in {plans_dir!r}", hint="write them with provision plan --lock")
-        files += found
-    if not files:
-        raise InputError("no plans given", hint="--plan FILE (repeatable) or --plans DIR")
-    workflow_dir = os.path.dirname(os.path.abspath(out))
-    repo_root = (
-        os.path.dirname(os.path.dirname(workflow_dir))
-        if workflow_dir.endswith(os.path.join(".github", "workflows"))
-        else os.getcwd()
-    )
-    include = []
-    for path in files:
-        plan = read_plan(path)  # refuses anything that is not a plan
-        relative = os.path.relpath(os.path.abspath(path), repo_root)
-        if relative == os.pardir or relative.startswith(os.pardir + os.sep):
-            raise InputError(
-                f"plan {path!r} is outside the repository ({repo_root})",
-                hint="commit the plans inside the repository the workflow builds from",
-            )
-        chosen = variant or (plan.framework.name if plan.framework else "base")
-        include.append(
-            {"name": f"{chosen}-{plan.gpu.id}-{plan.os.id}-{plan.short_digest}", "plan": relative, "variant": chosen}
-        )
-    if len({i["name"] for i in include}) != len(include):
-        raise InputError("two plans give the same job name", hint="give each plan once")
-    actions = load_actions()
+    _check_repo(repo, OWNER_PLACEHOLDER)
+    _check_branch(default_branch)
+    root = repository_root(out, (".github", "workflows"))
+    jobs = plan_jobs(plan_files(plans, plans_dir), root, variant)
+    pins = load_actions()
+    actions = pins["actions"]
 
     def uses(name: str) -> str:
         action = actions[name]
@@ -84,15 +209,12 @@ def github_workflow(
 
     lower_owner = OWNER_PLACEHOLDER in repo
     image_repo = repo.replace(OWNER_PLACEHOLDER, "${OWNER,,}") if lower_owner else repo
-    if not re.fullmatch(r"[a-z0-9][a-z0-9._:/-]*", repo.replace(OWNER_PLACEHOLDER, "owner")):
-        raise InputError(
-            f"--repo {repo!r} is not an image repository",
-            hint="lower-case registry/owner/name, e.g. ghcr.io/acme/gpu (the owner placeholder "
-            f"{OWNER_PLACEHOLDER} is lower-cased in the job)",
-        )
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9_.-]+)*", default_branch):
-        raise InputError(f"--default-branch {default_branch!r} is not a branch name", hint="e.g. main")
-    steps: list[dict] = [
+    publish = _publish_condition(default_branch)
+    name_repo: dict[str, Any] = {"name": "Name the image repository"}
+    if lower_owner:
+        name_repo["env"] = {"OWNER": "${{ github.repository_owner }}"}
+    name_repo["run"] = f'echo "IMAGE_REPO={image_repo}" >> "$GITHUB_ENV"'
+    steps: list[dict[str, Any]] = [
         {"name": "Check out", "uses": uses("checkout"), "with": {"persist-credentials": False}},
         {"name": "Set up Python", "uses": uses("setup-python"), "with": {"python-version": "3.11"}},
         {
@@ -100,19 +222,27 @@ def github_workflow(
             "run": f"python -m pip install --require-hashes --no-deps -r {TOOL_LOCK}\n"
             "python -m pip install --no-deps --no-build-isolation .",
         },
+        name_repo,
         {
-            "name": "Name the image repository",
-            "env": {"OWNER": "${{ github.repository_owner }}"} if lower_owner else {},
-            "run": f'echo "IMAGE_REPO={image_repo}" >> "$GITHUB_ENV"',
+            "name": "Render the build context (refused if it is not the content this job was generated for)",
+            "env": {
+                "PLAN": "${{ matrix.plan }}",
+                "VARIANT": "${{ matrix.variant }}",
+                "CONTENT": "${{ matrix.content }}",
+            },
+            "run": f'provision render --plan "$PLAN" --variant "$VARIANT" --out {CONTEXT_DIR}\n'
+            f'provision ci context-digest {CONTEXT_DIR} --expect "$CONTENT"',
         },
+        {
+            "name": "Tags",
+            "id": "tags",
+            "env": {"TAGS": "${{ matrix.tags }}"},
+            "run": 'echo "tags<<EOF" >> "$GITHUB_OUTPUT"\n'
+            'for tag in $TAGS; do echo "$IMAGE_REPO:$tag" >> "$GITHUB_OUTPUT"; done\n'
+            'echo "EOF" >> "$GITHUB_OUTPUT"',
+        },
+        {"name": "Set up BuildKit", "uses": uses("setup-buildx")},
     ]
-    if not lower_owner:
-        steps[-1].pop("env")
-    publish = (
-        "github.event_name != 'pull_request' && (github.ref == format('refs/heads/{0}', '"
-        + default_branch
-        + "') || startsWith(github.ref, 'refs/tags/'))"
-    )
     if push:
         steps.append(
             {
@@ -126,18 +256,38 @@ def github_workflow(
                 },
             }
         )
-    build_env = {"PLAN": "${{ matrix.plan }}", "VARIANT": "${{ matrix.variant }}", "JOB": "${{ matrix.name }}"}
-    build = (
-        'provision build --plan "$PLAN" --variant "$VARIANT" --tag "$IMAGE_REPO" --image-lock "image-lock/$JOB.json"'
-    )
-    if push:
-        build_env["PUBLISH"] = "${{ " + publish + " }}"
-        build = 'push=""\nif [ "$PUBLISH" = "true" ]; then push="--push"; fi\n' + build + " $push"
     steps += [
         {
-            "name": "Build the image" + (" (push only from the default branch and tags)" if push else ""),
-            "env": build_env,
-            "run": "mkdir -p image-lock\n" + build,
+            "name": "Build" + (" (pushed only from the default branch and tags)" if push else ""),
+            "id": "build",
+            "uses": uses("build-push"),
+            "with": {
+                "context": CONTEXT_DIR,
+                "platforms": PLATFORM,
+                "pull": True,
+                "push": "${{ " + publish + " }}" if push else False,
+                "tags": "${{ steps.tags.outputs.tags }}",
+                "cache-from": "type=gha,scope=${{ matrix.name }}",
+                "cache-to": "type=gha,mode=max,scope=${{ matrix.name }}",
+                "sbom": True,
+                "provenance": "mode=max",
+            },
+        },
+        {
+            "name": "Record the image lock",
+            "env": {
+                "PLANS": "${{ matrix.plans }}",
+                "VARIANT": "${{ matrix.variant }}",
+                "JOB": "${{ matrix.name }}",
+                "TAGS": "${{ matrix.tags }}",
+                "IMAGE_ID": "${{ steps.build.outputs.imageid }}",
+                "DIGEST": "${{ steps.build.outputs.digest }}",
+                "PUSHED": "${{ " + publish + " }}" if push else "false",
+            },
+            "run": "mkdir -p image-lock\n"
+            f'provision ci image-lock --context {CONTEXT_DIR} --plans "$PLANS" --variant "$VARIANT" '
+            '--repo "$IMAGE_REPO" --tags "$TAGS" --image-id "$IMAGE_ID" --digest "$DIGEST" --pushed "$PUSHED" '
+            '--out "image-lock/$JOB.json"',
         },
         {
             "name": "Keep the image lock",
@@ -145,7 +295,18 @@ def github_workflow(
             "with": {"name": "image-lock-${{ matrix.name }}", "path": "image-lock/${{ matrix.name }}.json"},
         },
     ]
-    paths = [*sorted({i["plan"] for i in include}), TOOL_LOCK]
+    include = [
+        {
+            "name": job.name,
+            "plan": job.plan,
+            "plans": " ".join(job.plans),
+            "variant": job.variant,
+            "content": job.content,
+            "tags": " ".join(job.tags),
+        }
+        for job in jobs
+    ]
+    paths = [*sorted({p for job in jobs for p in job.plans}), TOOL_LOCK]
     doc = {
         "name": "provision images",
         "on": {
@@ -169,10 +330,33 @@ def github_workflow(
             }
         },
     }
-    header = (
-        f"# Generated by `provision ci github` (gpu-provision): builds {len(include)} plan image(s).\n"
-        "# Regenerate instead of editing. Actions are pinned by commit (compat/ci_actions.yaml).\n"
-    )
+    text = _dump_yaml(doc)
+    for action in actions.values():
+        text = text.replace(
+            f"uses: {action['uses']}@{action['sha']}\n",
+            f"uses: {action['uses']}@{action['sha']}  # {action['version']}\n",
+        )
+    return _header("provision ci github", jobs, ".github/workflows") + text
+
+
+def _header(command: str, jobs: list[Job], where: str) -> str:
+    plans = sum(len(job.plans) for job in jobs)
+    lines = [
+        f"# Generated by `{command}` (gpu-provision): {len(jobs)} image(s) from {plans} plan(s).",
+        "# Regenerate instead of editing. Pins come from compat/ci_actions.yaml.",
+    ]
+    dropped = sorted({job.name.rsplit("-", 1)[0] for job in jobs if len(job.tags) == 1})
+    if dropped:
+        lines.append(
+            "# Readable tags left off (different contents would share them): "
+            + ", ".join(dropped)
+            + "; those images carry their content tags only."
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _dump_yaml(doc: dict[str, Any]) -> str:
+    import yaml
 
     class Dumper(yaml.SafeDumper):
         def ignore_aliases(self, data):  # one copy of each list: no &id001 anchors
@@ -182,10 +366,140 @@ def github_workflow(
         return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
 
     Dumper.add_representer(str, text_block)
-    text = yaml.dump(doc, Dumper=Dumper, sort_keys=False, width=200)
-    for action in actions.values():
-        text = text.replace(
-            f"uses: {action['uses']}@{action['sha']}\n",
-            f"uses: {action['uses']}@{action['sha']}  # {action['version']}\n",
+    return yaml.dump(doc, Dumper=Dumper, sort_keys=False, width=200)
+
+
+# -- GitLab CI -----------------------------------------------------------------------------------
+GITLAB_REPO_DEFAULT = "$CI_REGISTRY_IMAGE"
+IMAGE_REF = re.compile(r"^[a-z0-9][a-z0-9._/:-]*:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}@sha256:[a-f0-9]{64}$")
+
+
+def gitlab_pipeline(
+    plans: list[str],
+    plans_dir: str | None,
+    *,
+    variant: str | None,
+    repo: str,
+    push: bool,
+    out: str,
+    default_branch: str | None = None,
+    images: dict[str, str] | None = None,
+) -> str:
+    """A .gitlab-ci.yml with three jobs per image: render (Python image) -> build (docker:dind with
+    BuildKit) -> lock (Python image), chained by `needs`.
+
+    Job images are pinned by digest (compat/ci_actions.yaml, or --image NAME=REF@sha256:…); the
+    plan, tags and content reach scripts as variables only, never as text inside a script; pushes
+    happen only on the default branch and tags, merge requests build without pushing, and a newer
+    pipeline interrupts an older one (interruptible)."""
+    if repo != GITLAB_REPO_DEFAULT and not re.fullmatch(r"[a-z0-9][a-z0-9._:/-]*", repo):
+        raise InputError(
+            f"--repo {repo!r} is not an image repository",
+            hint="lower-case registry/group/name, or $CI_REGISTRY_IMAGE (GitLab lower-cases it)",
         )
-    return header + text
+    if default_branch is not None:
+        _check_branch(default_branch)
+    root = os.path.dirname(os.path.abspath(out))
+    jobs = plan_jobs(plan_files(plans, plans_dir), root, variant)
+    pinned = {name: f"{e['image']}:{e['tag']}@{e['digest']}" for name, e in load_actions()["images"].items()}
+    for name, ref in (images or {}).items():
+        if name not in pinned:
+            raise InputError(f"--image {name}=…: no such job image", hint=f"images: {', '.join(sorted(pinned))}")
+        if not IMAGE_REF.fullmatch(ref):
+            raise InputError(
+                f"--image {name}={ref!r} is not pinned by digest", hint="give REPOSITORY:TAG@sha256:<64 hex>"
+            )
+        pinned[name] = ref
+    branch = f'"{default_branch}"' if default_branch else "$CI_DEFAULT_BRANCH"
+    publish = f"$CI_COMMIT_TAG || $CI_COMMIT_BRANCH == {branch}"
+    python_setup = [
+        f"python -m pip install --require-hashes --no-deps -r {TOOL_LOCK}",
+        "python -m pip install --no-deps --no-build-isolation .",
+    ]
+    publish_rules = [{"if": publish, "variables": {"PUBLISH": "true"}}, {"when": "on_success"}] if push else []
+    doc: dict[str, Any] = {
+        "workflow": {
+            "rules": [
+                {"if": '$CI_PIPELINE_SOURCE == "merge_request_event"'},
+                {"if": f"$CI_COMMIT_BRANCH == {branch}"},
+                {"if": "$CI_COMMIT_TAG"},
+                {"if": '$CI_PIPELINE_SOURCE == "web"'},
+            ]
+        },
+        "stages": ["render", "build", "lock"],
+        "default": {"interruptible": True},
+        "variables": {"IMAGE_REPO": repo, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PUBLISH": "false"},
+        ".render": {
+            "stage": "render",
+            "image": pinned["python"],
+            "timeout": "30m",
+            "script": [
+                *python_setup,
+                f'provision render --plan "$PLAN" --variant "$VARIANT" --out "{CONTEXT_DIR}/$NAME"',
+                f'provision ci context-digest "{CONTEXT_DIR}/$NAME" --expect "$CONTENT"',
+            ],
+            "artifacts": {"paths": [f"{CONTEXT_DIR}/"], "expire_in": "1 day"},
+        },
+        ".build": {
+            "stage": "build",
+            "image": pinned["docker"],
+            "services": [{"name": pinned["docker"], "alias": "docker"}],
+            "timeout": "2h",
+            "variables": {
+                "DOCKER_HOST": "tcp://docker:2376",
+                "DOCKER_TLS_CERTDIR": "/certs",
+                "DOCKER_TLS_VERIFY": "1",
+                "DOCKER_CERT_PATH": "/certs/client",
+            },
+            "script": [
+                "mkdir -p build-metadata",
+                'if [ "$PUBLISH" = "true" ]; then echo "$CI_REGISTRY_PASSWORD" | docker login --username '
+                '"$CI_REGISTRY_USER" --password-stdin "$CI_REGISTRY"; fi',
+                "docker buildx create --use --driver docker-container --name provision",
+                "set --",
+                'for tag in $TAGS; do set -- "$@" --tag "$IMAGE_REPO:$tag"; done',
+                'if [ "$PUBLISH" = "true" ]; then set -- "$@" --push '
+                '--cache-to "type=registry,ref=$IMAGE_REPO/cache:$NAME,mode=max"; fi',
+                f'docker buildx build "$@" --platform {PLATFORM} --pull'
+                ' --cache-from "type=registry,ref=$IMAGE_REPO/cache:$NAME"'
+                " --sbom=true --provenance=mode=max"
+                f' --metadata-file "build-metadata/$NAME.json" "{CONTEXT_DIR}/$NAME"',
+            ],
+            "artifacts": {"paths": ["build-metadata/"], "expire_in": "30 days"},
+        },
+        ".lock": {
+            "stage": "lock",
+            "image": pinned["python"],
+            "timeout": "30m",
+            "script": [
+                *python_setup,
+                "mkdir -p image-lock",
+                f'provision ci image-lock --context "{CONTEXT_DIR}/$NAME" --plans "$PLANS" --variant "$VARIANT" '
+                '--repo "$IMAGE_REPO" --tags "$TAGS" --metadata "build-metadata/$NAME.json" --pushed "$PUBLISH" '
+                '--out "image-lock/$NAME.json"',
+            ],
+            "artifacts": {"paths": ["image-lock/"], "expire_in": "never"},
+        },
+    }
+    for job in jobs:
+        variables = {
+            "NAME": job.name,
+            "PLAN": job.plan,
+            "PLANS": " ".join(job.plans),
+            "VARIANT": job.variant,
+            "CONTENT": job.content,
+            "TAGS": " ".join(job.tags),
+        }
+        doc[f"render:{job.name}"] = {"extends": ".render", "variables": variables}
+        build: dict[str, Any] = {"extends": ".build", "variables": variables, "needs": [f"render:{job.name}"]}
+        lock: dict[str, Any] = {
+            "extends": ".lock",
+            "variables": variables,
+            "needs": [f"render:{job.name}", f"build:{job.name}"],
+        }
+        if publish_rules:
+            build["rules"] = publish_rules
+            lock["rules"] = publish_rules
+        doc[f"build:{job.name}"] = build
+        doc[f"lock:{job.name}"] = lock
+    return _header("provision ci gitlab", jobs, ".") + _dump_yaml(doc)

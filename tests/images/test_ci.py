@@ -1,5 +1,8 @@
-"""provision ci github: a workflow that builds exactly the plans given, that actionlint and GitHub's
-workflow schema accept, and that GitHub's hardening guide would."""
+"""provision ci github|gitlab: pipelines that build each distinct image once, that actionlint and the
+vendored GitHub-workflow and GitLab-CI schemas accept, and that GitHub's hardening guide would.
+
+The plans here render the `base` variant (no Python requirements to resolve), so no test needs the
+package index; the framework images' locks are covered in tests/images/test_pylock.py."""
 
 import re
 import subprocess
@@ -10,48 +13,154 @@ import pytest
 import yaml
 
 BIN = Path(sys.executable).parent
+PLANS = {
+    "h100": ["--os", "ubuntu22.04", "--gpu", "h100-sxm", "--cuda", "12.4.1"],
+    "a100": ["--os", "ubuntu22.04", "--gpu", "a100-pcie", "--cuda", "12.4.1"],
+    "l4": ["--os", "rocky9", "--gpu", "l4"],
+}
 
 
-def test_workflow_covers_exactly_the_plans(cli, tmp_path):
+def lint(*command: str) -> None:
+    proc = subprocess.run(command, check=False, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.fixture
+def repo(cli, tmp_path):
     plans = tmp_path / "plans"
     plans.mkdir()
-    for name, args in (
-        ("a", ["--os", "rocky9", "--gpu", "a100-pcie", "--framework", "pytorch==2.5.1"]),
-        ("b", ["--os", "ubuntu22.04", "--gpu", "h100-sxm", "--framework", "tensorflow==2.15.0"]),
-        ("c", ["--os", "ubuntu22.04", "--gpu", "l4"]),
-    ):
-        assert cli("plan", *args, "--lock", str(plans / f"{name}.lock.json"), "--format", "json").code == 0
-    out = tmp_path / ".github" / "workflows" / "images.yml"
-    out.parent.mkdir(parents=True)
-    r = cli("ci", "github", "--plans", str(plans), "--out", str(out))
-    assert r.code == 0, r
-    doc = yaml.safe_load(out.read_text())
+    for name, args in PLANS.items():
+        r = cli("plan", *args, "--lock", str(plans / f"{name}.lock.json"), "--format", "json")
+        assert r.code == 0, r
+    (tmp_path / ".github" / "workflows").mkdir(parents=True)
+    return tmp_path
+
+
+@pytest.fixture
+def workflow(cli, repo):
+    out = repo / ".github" / "workflows" / "images.yml"
+    assert cli("ci", "github", "--plans", str(repo / "plans"), "--variant", "base", "--out", str(out)).code == 0
+    return out
+
+
+def matrix(doc):
+    return doc["jobs"]["build"]["strategy"]["matrix"]["include"]
+
+
+def test_each_distinct_image_is_built_once(workflow):
+    """H100 and A100 plans of one CUDA render one base image: one job lists both plans."""
+    doc = yaml.safe_load(workflow.read_text())
+    jobs = matrix(doc)
+    assert len(jobs) == 2
+    shared = next(j for j in jobs if " " in j["plans"])
+    assert sorted(shared["plans"].split()) == ["plans/a100.lock.json", "plans/h100.lock.json"]
+    assert shared["plan"] in shared["plans"].split()
+    assert re.fullmatch(r"sha256:[0-9a-f]{64}", shared["content"])
+    assert shared["tags"].split() == [f"content-{shared['content'][7:19]}-base", "base-cuda12.4.1-ubuntu22.04"]
+    every_tag = [t for j in jobs for t in j["tags"].split()]
+    assert len(every_tag) == len(set(every_tag)), "no two jobs push one tag"
     on = doc.get("on", doc.get(True))  # YAML 1.1 reads a bare `on` key as True
     assert "workflow_dispatch" in on
-    job = doc["jobs"]["build"]
-    include = job["strategy"]["matrix"]["include"]
-    assert sorted(i["plan"] for i in include) == ["plans/a.lock.json", "plans/b.lock.json", "plans/c.lock.json"]
-    assert {i["variant"] for i in include} == {"pytorch", "tensorflow", "base"}
-    steps = {s["name"]: s for s in job["steps"]}
+    assert sorted(on["push"]["paths"]) == [
+        "plans/a100.lock.json",
+        "plans/h100.lock.json",
+        "plans/l4.lock.json",
+        "requirements/provision.lock",
+    ]
+
+
+def test_the_build_runs_on_buildkit_with_cache_sbom_and_provenance(workflow):
+    doc = yaml.safe_load(workflow.read_text())
+    steps = {s["name"]: s for s in doc["jobs"]["build"]["steps"]}
     install = steps["Install provision from this repository (hash-locked requirements)"]["run"]
     assert "--require-hashes --no-deps -r requirements/provision.lock" in install
-    assert "pip install --no-deps --no-build-isolation ." in install
-    build = steps["Build the image (push only from the default branch and tags)"]
-    assert 'provision build --plan "$PLAN" --variant "$VARIANT"' in build["run"]
-    assert build["env"]["PLAN"] == "${{ matrix.plan }}"
-    # one plan only
-    r = cli(
-        "ci",
-        "github",
-        "--plan",
-        str(plans / "a.lock.json"),
-        "--out",
-        str(tmp_path / ".github" / "workflows" / "one.yml"),
-        "--no-push",
-    )
-    one = yaml.safe_load((tmp_path / ".github" / "workflows" / "one.yml").read_text())
-    assert len(one["jobs"]["build"]["strategy"]["matrix"]["include"]) == 1
-    assert "--push" not in yaml.safe_dump(one)
+    build = next(s for s in doc["jobs"]["build"]["steps"] if s.get("id") == "build")
+    assert build["uses"].startswith("docker/build-push-action@")
+    assert build["with"]["cache-from"] == "type=gha,scope=${{ matrix.name }}"
+    assert build["with"]["cache-to"] == "type=gha,mode=max,scope=${{ matrix.name }}"
+    assert build["with"]["sbom"] is True
+    assert build["with"]["provenance"] == "mode=max"
+    assert "github.event_name != 'pull_request'" in build["with"]["push"]
+    assert any(s.get("uses", "").startswith("docker/setup-buildx-action@") for s in doc["jobs"]["build"]["steps"])
+    render = next(s for s in doc["jobs"]["build"]["steps"] if s["name"].startswith("Render the build context"))
+    assert 'provision ci context-digest build-context --expect "$CONTENT"' in render["run"]
+
+
+def test_actionlint_and_the_workflow_schema_accept_it(workflow):
+    lint(str(BIN / "actionlint"), str(workflow))
+    lint(str(BIN / "check-jsonschema"), "--builtin-schema", "vendor.github-workflows", str(workflow))
+
+
+def test_hardened(workflow):
+    text = workflow.read_text()
+    doc = yaml.safe_load(text)
+    on = doc.get("on", doc.get(True))
+    uses = re.findall(r"uses: ([^@\s]+)@(\S+)  # (v\S+)", text)
+    assert len(uses) == len(re.findall(r"uses: ", text)) >= 6
+    assert all(re.fullmatch(r"[0-9a-f]{40}", sha) for _, sha, _ in uses), "every action pinned by full commit SHA"
+    for step in doc["jobs"]["build"]["steps"]:
+        assert "${{" not in step.get("run", ""), f"an expression inside run: {step['name']}"
+    assert on["push"]["branches"] == ["main"]
+    assert on["push"]["tags"] == ["v*"]
+    assert "pull_request" in on
+    assert doc["permissions"] == {"contents": "read"}
+    assert doc["jobs"]["build"]["permissions"] == {"contents": "read", "packages": "write"}
+    assert "concurrency" in doc
+    login = next(s for s in doc["jobs"]["build"]["steps"] if s["name"] == "Log in to the registry")
+    assert "github.event_name != 'pull_request'" in login["if"]
+    owner = next(s for s in doc["jobs"]["build"]["steps"] if s["name"] == "Name the image repository")
+    assert "${OWNER,,}" in owner["run"], "the registry owner is lower-cased"
+    assert "provision==" not in text, "never installs the unrelated 'provision' from the package index"
+
+
+def test_no_push_builds_only(cli, repo):
+    out = repo / ".github" / "workflows" / "one.yml"
+    r = cli("ci", "github", "--plan", str(repo / "plans" / "l4.lock.json"), "--out", str(out), "--no-push")
+    assert r.code == 0, r
+    doc = yaml.safe_load(out.read_text())
+    assert len(matrix(doc)) == 1
+    assert not any("login" in s.get("uses", "") for s in doc["jobs"]["build"]["steps"])
+    build = next(s for s in doc["jobs"]["build"]["steps"] if s.get("id") == "build")
+    assert build["with"]["push"] is False
+    assert doc["jobs"]["build"]["permissions"]["packages"] == "read"
+    lint(str(BIN / "actionlint"), str(out))
+
+
+def test_readable_tags_two_contents_would_share_are_left_off(monkeypatch, repo):
+    """Different contents under one readable tag: each job keeps only its content tag."""
+    from provision.images import ci, render
+
+    real = render.render_image
+
+    def render_by_gpu(plan, variant, **kw):
+        rendered = real(plan, variant, **kw)
+        files = {**rendered.files, "Dockerfile": rendered.files["Dockerfile"] + f"# {plan.gpu.id}\n"}
+        return rendered._replace(files=files)
+
+    monkeypatch.setattr(render, "render_image", render_by_gpu)
+    plans = [str(repo / "plans" / f"{n}.lock.json") for n in ("h100", "a100")]
+    jobs = ci.plan_jobs(plans, str(repo), "base")
+    assert len(jobs) == 2
+    assert [len(j.tags) for j in jobs] == [1, 1]
+    assert all(j.tags[0].startswith("content-") for j in jobs)
+    assert jobs[0].tags != jobs[1].tags
+
+
+def test_context_digest_refuses_drifted_content(cli, repo, tmp_path):
+    context = tmp_path / "ctx"
+    assert cli("render", "--plan", str(repo / "plans" / "l4.lock.json"), "--out", str(context)).code == 0
+    r = cli("ci", "context-digest", str(context))
+    assert r.code == 0, r
+    digest = r.out.strip()
+    assert re.fullmatch(r"sha256:[0-9a-f]{64}", digest)
+    assert cli("ci", "context-digest", str(context), "--expect", digest).code == 0
+    (context / "plan.lock.json").write_text("{}")  # beside the Dockerfile for people; not content
+    assert cli("ci", "context-digest", str(context), "--expect", digest).code == 0
+    with (context / "Dockerfile").open("a") as handle:
+        handle.write("RUN echo drift\n")
+    r = cli("ci", "context-digest", str(context), "--expect", digest)
+    assert r.code == 1
+    assert "regenerate the pipeline" in r.err
 
 
 def test_ci_refuses_non_plans(cli, tmp_path):
@@ -64,54 +173,6 @@ def test_ci_refuses_non_plans(cli, tmp_path):
     assert r.code == 2
 
 
-@pytest.fixture
-def workflow(cli, tmp_path):
-    plans = tmp_path / "plans"
-    plans.mkdir()
-    for name, args in (
-        ("a", ["--os", "rocky9", "--gpu", "a100-pcie", "--framework", "pytorch==2.5.1"]),
-        ("b", ["--os", "ubuntu22.04", "--gpu", "l4"]),
-    ):
-        assert cli("plan", *args, "--lock", str(plans / f"{name}.lock.json"), "--format", "json").code == 0
-    out = tmp_path / ".github" / "workflows" / "images.yml"
-    out.parent.mkdir(parents=True)
-    assert cli("ci", "github", "--plans", str(plans), "--out", str(out)).code == 0
-    return out
-
-
-def test_actionlint_and_the_workflow_schema_accept_it(workflow):
-    lint = subprocess.run(
-        [str(BIN / "actionlint"), str(workflow)], check=False, capture_output=True, text=True, timeout=120
-    )
-    assert lint.returncode == 0, lint.stdout + lint.stderr
-    schema = subprocess.run(
-        [str(BIN / "check-jsonschema"), "--builtin-schema", "vendor.github-workflows", str(workflow)],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert schema.returncode == 0, schema.stdout + schema.stderr
-
-
-def test_hardened(workflow):
-    text = workflow.read_text()
-    doc = yaml.safe_load(text)
-    on = doc.get("on", doc.get(True))
-    uses = re.findall(r"uses: ([^@\s]+)@(\S+)  # (v\S+)", text)
-    assert len(uses) == len(re.findall(r"uses: ", text)) >= 4
-    assert all(re.fullmatch(r"[0-9a-f]{40}", sha) for _, sha, _ in uses), "every action pinned by full commit SHA"
-    for step in doc["jobs"]["build"]["steps"]:
-        assert "${{" not in step.get("run", ""), f"an expression inside run: {step['name']}"
-    assert on["push"]["branches"] == ["main"]
-    assert on["push"]["tags"] == ["v*"]
-    assert "pull_request" in on
-    assert doc["permissions"] == {"contents": "read"}
-    assert "concurrency" in doc
-    login = next(s for s in doc["jobs"]["build"]["steps"] if s["name"] == "Log in to the registry")
-    assert "github.event_name != 'pull_request'" in login["if"]
-    owner = next(s for s in doc["jobs"]["build"]["steps"] if s["name"] == "Name the image repository")
-    assert "${OWNER,,}" in owner["run"], "the registry owner is lower-cased"
-    assert "provision==" not in text, "never installs the unrelated 'provision' from the package index"
-
-
 @pytest.mark.parametrize(
     ("args", "text"),
     [
@@ -120,21 +181,71 @@ def test_hardened(workflow):
         (["--default-branch", "main; rm -rf /"], "is not a branch name"),
     ],
 )
-def test_bad_options_are_refused(cli, tmp_path, args, text):
-    plan = tmp_path / "a.lock.json"
-    assert cli("plan", "--os", "ubuntu22.04", "--gpu", "l4", "--lock", str(plan), "--format", "json").code == 0
-    (tmp_path / ".github" / "workflows").mkdir(parents=True)
-    r = cli("ci", "github", "--plan", str(plan), "--out", str(tmp_path / ".github" / "workflows" / "w.yml"), *args)
+def test_bad_options_are_refused(cli, repo, args, text):
+    out = repo / ".github" / "workflows" / "w.yml"
+    r = cli("ci", "github", "--plan", str(repo / "plans" / "l4.lock.json"), "--out", str(out), *args)
     assert r.code == 2, r
     assert text in r.err
+    assert not out.exists()
 
 
-def test_plans_outside_the_repository_are_refused(cli, tmp_path):
-    outside = tmp_path / "outside.lock.json"
-    assert cli("plan", "--os", "ubuntu22.04", "--gpu", "l4", "--lock", str(outside), "--format", "json").code == 0
-    workflows = tmp_path / "repo" / ".github" / "workflows"
+def test_plans_outside_the_repository_are_refused(cli, repo, tmp_path):
+    workflows = tmp_path / "other" / ".github" / "workflows"
     workflows.mkdir(parents=True)
-    r = cli("ci", "github", "--plan", str(outside), "--out", str(workflows / "w.yml"))
+    r = cli("ci", "github", "--plan", str(repo / "plans" / "l4.lock.json"), "--out", str(workflows / "w.yml"))
     assert r.code == 2, r
     assert "is outside the repository" in r.err
     assert not (workflows / "w.yml").exists()
+
+
+# -- GitLab --------------------------------------------------------------------------------------
+@pytest.fixture
+def pipeline(cli, repo, monkeypatch):
+    monkeypatch.chdir(repo)
+    r = cli("ci", "gitlab", "--plans", "plans", "--variant", "base", "--out", ".gitlab-ci.yml")
+    assert r.code == 0, r
+    return repo / ".gitlab-ci.yml"
+
+
+def test_gitlab_pipeline_passes_the_gitlab_ci_schema(pipeline):
+    lint(str(BIN / "check-jsonschema"), "--builtin-schema", "vendor.gitlab-ci", str(pipeline))
+
+
+def test_gitlab_pipeline_builds_each_image_once_pinned_and_gated(pipeline):
+    doc = yaml.safe_load(pipeline.read_text())
+    builds = {k: v for k, v in doc.items() if k.startswith("build:")}
+    assert len(builds) == 2, "one build job per distinct image"
+    every_tag = [t for job in builds.values() for t in job["variables"]["TAGS"].split()]
+    assert len(every_tag) == len(set(every_tag))
+    for name in (".render", ".build", ".lock"):
+        assert re.fullmatch(r"\S+:\S+@sha256:[0-9a-f]{64}", doc[name]["image"]), "job images pinned by digest"
+    assert re.fullmatch(r"\S+@sha256:[0-9a-f]{64}", doc[".build"]["services"][0]["name"])
+    script = "\n".join(doc[".build"]["script"])
+    assert "--sbom=true --provenance=mode=max" in script
+    assert "--cache-from" in script
+    assert '"$PUBLISH" = "true"' in script, "pushes only when the rules say so"
+    for job in builds.values():
+        rule = job["rules"][0]
+        assert rule["if"] == "$CI_COMMIT_TAG || $CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH"
+        assert rule["variables"] == {"PUBLISH": "true"}
+        assert job["needs"] == [job["extends"].replace(".build", "render:") + job["variables"]["NAME"]]
+    assert doc["variables"]["PUBLISH"] == "false", "merge requests build without pushing"
+    assert doc["default"]["interruptible"] is True
+    assert "merge_request_event" in doc["workflow"]["rules"][0]["if"]
+
+
+@pytest.mark.parametrize(
+    ("args", "text"),
+    [
+        (["--image", "docker=docker:29.8.0-dind"], "is not pinned by digest"),
+        (["--image", "kaniko=gcr.io/kaniko:1@sha256:" + "a" * 64], "no such job image"),
+        (["--image", "docker"], "is not NAME=REF"),
+        (["--repo", "Registry.Example/GPU"], "is not an image repository"),
+    ],
+)
+def test_gitlab_bad_options_are_refused(cli, repo, monkeypatch, args, text):
+    monkeypatch.chdir(repo)
+    r = cli("ci", "gitlab", "--plans", "plans", "--variant", "base", "--out", ".gitlab-ci.yml", *args)
+    assert r.code == 2, r
+    assert text in r.err
+    assert not (repo / ".gitlab-ci.yml").exists()
