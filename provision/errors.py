@@ -41,6 +41,7 @@ class NoCompatibleStack(InputError):
         super().__init__(message, hint=hint, details=[f"{c}: {why}" for c, why in eliminations])
         self.eliminations = eliminations
         self.kinds: frozenset[str] = frozenset()  # the rules that eliminated candidates
+        self.summary: list[str] = list(self.details)  # the same in a few lines (the resolver sets it)
 
 
 class CompatDataError(ProvisionError):

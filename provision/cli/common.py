@@ -78,10 +78,21 @@ def load_plan(ctx, *, plan_file, os_id, gpu, driver, cuda, cudnn, framework, pol
             "no plan: give --plan FILE or --os OS --gpu GPU",
             hint="provision plan --os rocky9 --gpu a100-pcie --lock plan.lock.json",
         )
+    # held to the plan schema like a lock file, before any command hands it to a template or a host
+    return resolve_or_refuse(load_matrix(ctx), PlanRequest(os_id, gpu, driver, cuda, cudnn, framework, policy)).check()
+
+
+def resolve_or_refuse(matrix, request, *, explain: bool = False):
+    """resolve(); a refusal reports a few lines per rule, or with explain every candidate tried."""
+    from provision.errors import NoCompatibleStack
     from provision.plan.resolve import resolve
 
-    # held to the plan schema like a lock file, before any command hands it to a template or a host
-    return resolve(load_matrix(ctx), PlanRequest(os_id, gpu, driver, cuda, cudnn, framework, policy)).check()
+    try:
+        return resolve(matrix, request)
+    except NoCompatibleStack as exc:
+        if not explain:
+            exc.details = list(exc.summary)
+        raise
 
 
 def default_variant(plan, variant):

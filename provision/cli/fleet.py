@@ -7,6 +7,7 @@ import click
 
 from provision.cli.common import matrix_loader
 from provision.cli.output import print_table
+from provision.errors import InputError
 
 
 class LiveProgress:
@@ -238,25 +239,59 @@ def inventory_group():
 @click.option(
     "--fleet", "fleet_file", type=click.Path(dir_okay=False), help="Fleet file whose groups must cover every host once."
 )
+@click.option("--plan", "plan_file", type=click.Path(dir_okay=False), help="Or one plan lock file for every host.")
 @click.pass_context
-def inventory_check_cmd(ctx, *, inventory, fleet_file):
-    """Every host in exactly one planned group, connection variables sane. Exit 2 on problems."""
-    from provision.fleet.inventory import check_inventory, load_fleet, load_inventory
+def inventory_check_cmd(ctx, *, inventory, fleet_file, plan_file):
+    """Run the checks provision apply runs before it starts, and list every problem.
 
-    inv = load_inventory(inventory)
-    groups = [g.group for g in load_fleet(fleet_file)] if fleet_file else None
-    problems = check_inventory(inv, groups)
+    With --fleet or --plan: exactly apply's validation (the inventory parses, each group's plan
+    resolves or its lock file is a valid, unedited plan, every host is planned exactly once,
+    connection variables are sane). With neither: the inventory and its connection variables
+    only, and an inventory whose hosts are all ungrouped is refused (no fleet file can plan
+    them). Exit 0 when apply would start, 2 on problems (as apply).
+    """
+    from provision.fleet.apply import check_run
+    from provision.fleet.inventory import check_inventory, load_inventory, ungrouped_hosts
+
+    if fleet_file or plan_file:
+        inv, plans, groups, problems = check_run(inventory, plan_file, fleet_file, matrix_loader(ctx))
+    else:
+        inv, plans, groups = load_inventory(inventory), {}, None
+        problems = check_inventory(inv, None)
     rows = []
     for host, hv in sorted(inv.hosts.items()):
-        planned = [g for g in (groups or []) if host in inv.groups.get(g, set())]
-        rows.append((host, hv.get("ansible_host", host), hv.get("ansible_port", 22), ", ".join(planned) or "-"))
+        if groups is None:
+            planned = "all" if plans else "-"
+        else:
+            planned = ", ".join(g for g in groups if host in inv.groups.get(g, set())) or "-"
+        rows.append((host, hv.get("ansible_host", host), hv.get("ansible_port", 22), planned))
     print_table(("host", "address", "port", "planned group"), rows, title=f"{len(inv.hosts)} host(s) in {inventory}")
+    for group, plan in plans.items():
+        click.echo(
+            f"plan {group}: {plan.gpu.id} on {plan.os.id}, driver {plan.driver.version}, CUDA {plan.cuda.version}"
+        )
     if problems:
         for p in problems:
             click.echo(f"error: {p.host + ': ' if p.host else ''}{p.text}", err=True)
-        click.echo(
-            "hint: fix the inventory or the fleet file; provision apply refuses to start until this passes", err=True
-        )
+        fix = "the inventory or the fleet file" if fleet_file else "the inventory"
+        click.echo(f"hint: fix {fix}; provision apply refuses to start until this passes", err=True)
         return 2
-    click.echo("ok: every host is planned exactly once and its connection variables are sane")
+    if fleet_file or plan_file:
+        what = "every group's plan resolves, every host is planned exactly once" if fleet_file else "the plan is valid"
+        click.echo(f"ok: {what} and the connection variables are sane (the checks provision apply runs first)")
+        return 0
+    lonely = ungrouped_hosts(inv)
+    if len(lonely) == len(inv.hosts):
+        raise InputError(
+            f"every host ({len(lonely)}) is ungrouped: a fleet file plans inventory groups, "
+            "so provision apply --fleet would provision none of them",
+            hint="put the hosts in groups (YAML: all: children: GROUP: hosts:, INI: [GROUP]) and check with "
+            "--fleet FILE, or check one plan for every host with --plan FILE",
+        )
+    if lonely:
+        click.echo(f"note: in no group but all (no fleet file can plan them): {', '.join(lonely)}", err=True)
+    click.echo(
+        "connection variables are sane; the plans were not checked: give --fleet FILE or --plan FILE "
+        "to run every check provision apply runs"
+    )
     return 0

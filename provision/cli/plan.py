@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from provision.cli.common import check_output, load_matrix
+from provision.cli.common import check_output, load_matrix, resolve_or_refuse
 from provision.cli.output import dumps_json, dumps_yaml, markdown_table, print_table
 from provision.matrix.listing import TOPICS
 from provision.plan.model import PlanRequest
@@ -58,23 +58,26 @@ compat_option = click.option(
 @click.option(
     "--lock", type=click.Path(dir_okay=False, writable=True), help="Also write the plan (JSON) to this lock file."
 )
+@click.option(
+    "--explain", is_flag=True, help="On a refusal, list every candidate tried and why (default: a summary per rule)."
+)
 @compat_option
 @click.pass_context
-def plan_cmd(ctx, *, os_id, gpu, driver, cuda, cudnn, framework, policy, mig, fmt, lock, compat_dir):
+def plan_cmd(ctx, *, os_id, gpu, driver, cuda, cudnn, framework, policy, mig, fmt, lock, explain, compat_dir):
     """Resolve driver, kernel modules, CUDA, cuDNN, framework and image for an OS and a GPU.
 
-    Every choice comes with its reason; an impossible combination is refused with the
-    candidates tried and the pin changes that would work (exit 2).
+    Every choice comes with its reason; an impossible combination is refused (exit 2) with a
+    summary of the candidates tried per rule (--explain: each candidate) and the pin changes
+    that would work.
     """
     from provision.plan.model import write_plan
-    from provision.plan.resolve import resolve
 
     check_output(lock, "--lock")
     matrix = load_matrix(ctx, compat_dir)
     request = PlanRequest(
         os=os_id, gpu=gpu, driver=driver, cuda=cuda, cudnn=cudnn, framework=framework, policy=policy, mig=mig
     )
-    p = resolve(matrix, request)
+    p = resolve_or_refuse(matrix, request, explain=explain)
     if lock is not None:
         write_plan(p, lock)
     if fmt == "json":
@@ -87,6 +90,8 @@ def plan_cmd(ctx, *, os_id, gpu, driver, cuda, cudnn, framework, policy, mig, fm
         sys.stdout.write(dumps_yaml_unsafe_note() + dump_unsafe_yaml(to_extravars(p)))
     else:
         print_table(("component", "choice"), plan_rows(p), title=f"Plan: {p.gpu.id} on {p.os.id}")
+        for line in plan_legend(p):
+            click.echo(line)
         click.echo("\nwhy:")
         for r in p.reasons:
             click.echo(f"  [{r.component}] {r.text}")
@@ -138,6 +143,42 @@ def plan_rows(p: Plan) -> list[tuple[str, str]]:
     return rows
 
 
+def plan_legend(p: Plan) -> list[str]:
+    """What the plan table's abbreviations mean (only those it shows)."""
+    from provision.plan.resolve import BRANCH_TYPES
+
+    return [f"({p.driver.branch_type}) = {BRANCH_TYPES.get(p.driver.branch_type, p.driver.branch_type)}"]
+
+
+def listing_legend(topic: str, headers, rows, records) -> list[str]:
+    """What a listing's markers mean, for the markers the listing shows."""
+    lines = []
+    if topic == "gpus" and any("members" in r for r in records):
+        lines.append(
+            "(group): one id for the GPUs in the last column (a plan refuses a group whose GPUs need different setups)"
+        )
+    elif topic == "drivers":
+        from provision.plan.resolve import BRANCH_TYPES
+
+        types = [t for t in BRANCH_TYPES if any(r["type"] == t for r in records)]
+        if types:
+            lines.append("type: " + ", ".join(f"{t} = {BRANCH_TYPES[t]}" for t in types))
+        if any(r["eol"] is None and r["eol_listed"] for r in records):
+            lines.append("EOL listed: NVIDIA's support page lists the branch as end of life, without a date")
+    elif topic == "frameworks":
+        if any(r["compute_capabilities"] is None and r["ptx"] is None for r in records):
+            lines.append("SMs -: the build's compiled GPU architectures are not published")
+        if any(r["ptx"] for r in records):
+            lines.append("+PTX X.Y: the build also carries PTX for compute capability X.Y, JIT-compiled on newer GPUs")
+    elif topic == "images":
+        col = headers.index("cuDNN")
+        if any(row[col] == "?" for row in rows):
+            lines.append("cuDNN ?: the tags have cuDNN flavours, but the cuDNN build in them is not catalogued")
+        if any(row[col] == "-" for row in rows):
+            lines.append("cuDNN -: no cuDNN flavours for this CUDA release")
+    return lines
+
+
 @click.group("matrix")
 def matrix_group():
     """List the compatibility catalogue, or check it end to end."""
@@ -154,12 +195,16 @@ def _listing_command(topic: str) -> click.Command:
         from provision.matrix.listing import listing
 
         result = listing(load_matrix(ctx, compat_dir), topic)
+        legend = listing_legend(topic, result.headers, result.rows, result.records)
         if fmt == "json":
             sys.stdout.write(dumps_json(result.records))
         elif fmt == "markdown":
             sys.stdout.write(f"### {result.title}\n\n" + markdown_table(result.headers, result.rows))
+            sys.stdout.write("".join(f"\n{line}\n" for line in legend))
         else:
             print_table(result.headers, result.rows, title=result.title)
+            for line in legend:
+                click.echo(line)
         return 0
 
     return command

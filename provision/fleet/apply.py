@@ -12,7 +12,14 @@ from typing import Any, NamedTuple
 
 from provision.errors import InputError
 from provision.fleet.extravars import dump_unsafe_yaml, to_extravars
-from provision.fleet.inventory import Inventory, check_group_name, check_inventory, load_fleet, load_inventory
+from provision.fleet.inventory import (
+    Inventory,
+    Problem,
+    check_group_name,
+    check_inventory,
+    load_fleet,
+    load_inventory,
+)
 from provision.plan.model import Plan, PlanRequest, read_plan
 
 
@@ -42,25 +49,46 @@ class Prepared(NamedTuple):
     run_dir: str
 
 
+class Checked(NamedTuple):
+    inventory: Inventory
+    plans: dict[str, Plan]  # group ("all" for a single plan) -> plan
+    groups: list[str] | None  # the fleet file's groups, in its order; None for one plan
+    problems: list[Problem]  # every problem of the inventory against the plans
+
+
+def check_run(inventory: str, plan: str | None, fleet: str | None, matrix_loader: Callable[[], Any]) -> Checked:
+    """What apply checks about its inputs before anything is written, and what `provision
+    inventory check` runs: exactly one of a lock file and a fleet file; the inventory parses;
+    the lock file (or each fleet group's lock file) is a valid, unedited plan and each fleet
+    group's request resolves; group names are usable; every host is planned once and its
+    connection variables are sane. InputError for an unusable file or plan; the inventory's
+    problems are returned, all of them."""
+    if bool(plan) == bool(fleet):
+        raise InputError("give exactly one of --plan and --fleet", hint="--plan plan.lock.json, or --fleet fleet.yaml")
+    inv = load_inventory(inventory)
+    plans, groups = load_plans(plan, fleet, matrix_loader)
+    for group in plans:
+        check_group_name(group)
+    return Checked(inv, plans, groups, check_inventory(inv, groups))
+
+
 def prepare(request: ApplyRequest, *, matrix_loader: Callable[[], Any], playbooks: str) -> Prepared:
     """Validate everything and write the run folder; touches no host."""
-    if bool(request.plan) == bool(request.fleet):
-        raise InputError("give exactly one of --plan and --fleet", hint="--plan plan.lock.json, or --fleet fleet.yaml")
     if request.serial is not None and not re.fullmatch(r"[1-9]\d*%?", request.serial):
         raise InputError(
             f"--serial {request.serial!r} is not a host count or percentage", hint="e.g. --serial 1 or --serial 25%"
         )
     if request.max_fail_percentage is not None and not 0 <= request.max_fail_percentage <= 100:
         raise InputError("--max-fail-percentage must be between 0 and 100", hint="e.g. --max-fail-percentage 20")
-    inventory = load_inventory(request.inventory)
-    plans, groups = load_plans(request.plan, request.fleet, matrix_loader)
-    problems = check_inventory(inventory, groups)
+    inventory, plans, groups, problems = check_run(request.inventory, request.plan, request.fleet, matrix_loader)
     if problems:
         first = problems[0]
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise InputError(
             f"{first.host + ' ' if first.host else ''}{first.text}{more}",
-            hint="run provision inventory check -i INVENTORY" + (" --fleet FILE" if groups else ""),
+            hint="provision inventory check -i INVENTORY "
+            + ("--fleet FILE" if groups is not None else "--plan FILE")
+            + " lists every problem",
         )
     run_dir = os.path.abspath(
         request.run_dir
@@ -71,7 +99,6 @@ def prepare(request: ApplyRequest, *, matrix_loader: Callable[[], Any], playbook
     os.makedirs(os.path.join(run_dir, "plans"), exist_ok=True)
     extravars: dict[str, Any] = {}
     for group, plan in plans.items():
-        check_group_name(group)
         with open(os.path.join(run_dir, "plans", f"{group}.lock.json"), "w", encoding="utf-8") as handle:
             json.dump(plan.to_dict(), handle, indent=2)
         if group != "all":
@@ -114,7 +141,10 @@ def load_plans(
     for fg in load_fleet(fleet or ""):
         groups.append(fg.group)
         if fg.lock:
-            plans[fg.group] = read_plan(fg.lock)
+            try:
+                plans[fg.group] = read_plan(fg.lock, given_as="the group's lock: path (relative to the fleet file)")
+            except InputError as exc:
+                raise InputError(f"fleet group {fg.group!r}: {exc.message}", hint=exc.hint) from None
             continue
         if matrix is None:
             matrix = matrix_loader()
@@ -122,8 +152,9 @@ def load_plans(
 
         try:
             plans[fg.group] = resolve(matrix, PlanRequest(**fg.request))
-        except InputError as exc:
-            raise InputError(f"fleet group {fg.group!r}: {exc.message}", hint=exc.hint) from None
+        except InputError as exc:  # a refusal keeps its summary (provision plan --explain lists each candidate)
+            details = getattr(exc, "summary", exc.details)
+            raise InputError(f"fleet group {fg.group!r}: {exc.message}", hint=exc.hint, details=details) from None
     return plans, groups
 
 

@@ -177,6 +177,13 @@ def load_fleet(path: str) -> list[FleetGroup]:
     return out
 
 
+def ungrouped_hosts(inventory: Inventory) -> list[str]:
+    """Hosts in no inventory group but Ansible's implicit all/ungrouped: no fleet file can plan them."""
+    implicit = {"all", "ungrouped"}
+    grouped = set().union(*(hosts for group, hosts in inventory.groups.items() if group not in implicit))
+    return sorted(h for h in inventory.hosts if h not in grouped)
+
+
 class Problem(NamedTuple):
     host: str | None
     text: str

@@ -291,7 +291,8 @@ class Matrix(NamedTuple):
         for rel in self.os_releases:
             if ident == rel.id or ident in rel.aliases:
                 return rel
-        raise _unknown("OS", ident, self.os_ids(), "provision matrix os")
+        names = {name: o.id for o in self.os_releases for name in (o.id, *o.aliases)}
+        raise _unknown("OS", ident, names, "provision matrix os")
 
     def os_ids(self) -> list[str]:
         return [o.id for o in self.os_releases]
@@ -307,14 +308,16 @@ class Matrix(NamedTuple):
         for group in self.gpu_groups:
             if ident == group.id:
                 return group.id, tuple(self.gpu(m) for m in group.members)
-        names = self.gpu_ids() + [a for g in self.gpus for a in g.aliases]
+        names = {name: g.id for g in self.gpus for name in (g.id, *g.aliases)}
+        names.update({g.id: g.id for g in self.gpu_groups})
         raise _unknown("GPU", ident, names, "provision matrix gpus")
 
     def gpu(self, ident: str) -> Gpu:
         for gpu in self.gpus:
             if ident == gpu.id or ident in gpu.aliases:
                 return gpu
-        raise _unknown("GPU", ident, [g.id for g in self.gpus], "provision matrix gpus")
+        names = {name: g.id for g in self.gpus for name in (g.id, *g.aliases)}
+        raise _unknown("GPU", ident, names, "provision matrix gpus")
 
     def group(self, ident: str) -> GpuGroup | None:
         return next((g for g in self.gpu_groups if g.id == ident), None)
@@ -356,11 +359,8 @@ class Matrix(NamedTuple):
         return next((p for p in self.driver_packaging if p.covers(os_id, branch, module)), None)
 
 
-def _unknown(kind: str, ident: str, known: list[str], listing: str) -> UnknownId:
-    import difflib
+def _unknown(kind: str, ident: str, known: dict[str, str] | list[str], listing: str) -> UnknownId:
+    """``known``: every accepted name -> the id ``listing`` shows (only listed ids are suggested)."""
+    from provision.matrix.suggest import did_you_mean
 
-    close = difflib.get_close_matches(ident.lower(), known, n=3, cutoff=0.5)
-    if not close:
-        close = [k for k in known if ident.lower() in k][:3]
-    hint = f"did you mean {' or '.join(close)}? (list: {listing})" if close else f"list: {listing}"
-    return UnknownId(f"unknown {kind} {ident!r}", hint=hint)
+    return UnknownId(f"unknown {kind} {ident!r}", hint=did_you_mean(ident, known, listing))

@@ -15,17 +15,17 @@ tried from the highest down (the low slots are the flexible ones: 4g and 7g star
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from provision.errors import InputError
 from provision.matrix.model import Gpu, Matrix, MigProfile, MigProfileSet
+from provision.matrix.suggest import close_ids
 
 # A Kubernetes label value (the GPU Operator selects a mig-parted config by the node label
 # nvidia.com/mig.config), which is also a safe mig-parted config name.
@@ -179,7 +179,7 @@ def find_profile(profile_set: MigProfileSet, name: str) -> MigProfile:
         if p.name.lower() == wanted:
             return p
     names = [p.name for p in profile_set.profiles]
-    close = difflib.get_close_matches(wanted, [n.lower() for n in names], n=2, cutoff=0.6)
+    close, _ = close_ids(wanted, names, limit=2)
     guess = f"did you mean {' or '.join(close)}? " if close else ""
     raise InputError(
         f"unknown MIG profile {name.strip()!r} for {profile_set.id}",
@@ -188,7 +188,20 @@ def find_profile(profile_set: MigProfileSet, name: str) -> MigProfile:
     )
 
 
-def parse_layout(profile_set: MigProfileSet, layout: str | Iterable[str | MigProfile] | None) -> tuple[MigProfile, ...]:
+class Flags(NamedTuple):
+    """The command-line flags a hint names: `provision mig plan`'s by default; `provision plan
+    --mig` passes its own (its layout flag, and no fill flag)."""
+
+    layout: str = "--layout"
+    fill: str | None = "--fill"
+
+
+MIG_PLAN_FLAGS = Flags()
+
+
+def parse_layout(
+    profile_set: MigProfileSet, layout: str | Iterable[str | MigProfile] | None, flags: Flags = MIG_PLAN_FLAGS
+) -> tuple[MigProfile, ...]:
     """``"3g.40gb,2g.20gb,2x1g.10gb"`` (or a list of names/profiles) -> the profiles, in order.
 
     Names are matched case-insensitively; ``Nx`` before a name repeats it.
@@ -206,7 +219,7 @@ def parse_layout(profile_set: MigProfileSet, layout: str | Iterable[str | MigPro
         if not item:
             raise InputError(
                 f"empty entry in MIG layout {layout!r}",
-                hint="separate profiles with single commas: --layout 3g.40gb,2g.20gb,2x1g.10gb",
+                hint=f"separate profiles with single commas: {flags.layout} 3g.40gb,2g.20gb,2x1g.10gb",
             )
         count, name = 1, item
         if (m := _COUNTED.match(item)) and not find_profile_or_none(profile_set, item):
@@ -458,7 +471,9 @@ def layout_text(profiles: Iterable[MigProfile]) -> str:
     return ",".join(p.name if n == 1 else f"{n}x{p.name}" for p, n in counts.items())
 
 
-def refusal(profile_set: MigProfileSet, profiles: Sequence[MigProfile], gpu: str | None = None) -> MigLayoutError:
+def refusal(
+    profile_set: MigProfileSet, profiles: Sequence[MigProfile], gpu: str | None = None, flags: Flags = MIG_PLAN_FLAGS
+) -> MigLayoutError:
     """The error for a layout that does not fit: why (which instance finds no placement),
     and the largest valid sub-layouts, each with what could still be added to it."""
     profiles = ordered(profiles)
@@ -469,7 +484,7 @@ def refusal(profile_set: MigProfileSet, profiles: Sequence[MigProfile], gpu: str
         dropped = Counter(profiles) - Counter(sub)
         extra = room(profile_set, sub)
         line = (
-            f"fits: --layout {layout_text(sub)} (keeps {len(sub)} of {len(profiles)}, "
+            f"fits: {flags.layout} {layout_text(sub)} (keeps {len(sub)} of {len(profiles)}, "
             f"drops {layout_text(dropped.elements())})"
         )
         if extra:
@@ -479,9 +494,9 @@ def refusal(profile_set: MigProfileSet, profiles: Sequence[MigProfile], gpu: str
     gpu_text = where if where == profile_set.id else f"{where} ({profile_set.id})"
     message = f"MIG layout {layout_text(profiles)} does not fit on {gpu_text}"
     if subs:
-        hint = f"try --layout {layout_text(subs[0])}"
-        if room(profile_set, subs[0]):
-            hint += " and --fill PROFILE to pack what is left"
+        hint = f"try {flags.layout} {layout_text(subs[0])}"
+        if flags.fill and room(profile_set, subs[0]):
+            hint += f" and {flags.fill} PROFILE to pack what is left"
     else:
         hint = f"the profiles of {profile_set.id}: {', '.join(p.name for p in profile_set.profiles)}"
     return MigLayoutError(
@@ -501,24 +516,26 @@ def plan_layout(
     name: str | None = None,
     pci_device_ids: Sequence[str] = (),
     device_filter: bool = False,
+    flags: Flags = MIG_PLAN_FLAGS,
 ) -> MigPlan:
     """Place ``layout`` on a GPU of ``profile_set``, then add as many ``fill`` instances as fit.
 
     ``fill`` alone (no layout) fills the whole GPU with that profile. Raises MigLayoutError
     (an InputError, exit 2) when the layout does not fit, InputError for unknown profiles.
     """
-    profiles = parse_layout(profile_set, layout)
+    profiles = parse_layout(profile_set, layout, flags)
     fill_profile = None
     if fill is not None:
         fill_profile = find_profile(profile_set, fill.name if isinstance(fill, MigProfile) else fill)
     if not profiles and fill_profile is None:
+        give = f"{flags.layout} PROFILES" + (f" and/or {flags.fill} PROFILE" if flags.fill else "")
         raise InputError(
-            "no MIG layout: give --layout PROFILES and/or --fill PROFILE",
-            hint=f"e.g. --layout {layout_text(_example(profile_set))}; "
+            f"no MIG layout: give {give}",
+            hint=f"e.g. {flags.layout} {layout_text(_example(profile_set))}; "
             f"profiles of {profile_set.id}: {', '.join(p.name for p in profile_set.profiles)}",
         )
     if arrange(profile_set, profiles) is None and profiles:
-        raise refusal(profile_set, profiles, gpu)
+        raise refusal(profile_set, profiles, gpu, flags)
     filled = 0
     if fill_profile is not None:
         filled = max_fill(profile_set, profiles, fill_profile)

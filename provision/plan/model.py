@@ -284,13 +284,14 @@ def nvidia_require_cuda(plan: Plan) -> str:
     return value
 
 
-def read_plan(path: str | os.PathLike[str]) -> Plan:
+def read_plan(path: str | os.PathLike[str], *, given_as: str = "the --plan path") -> Plan:
+    """A lock file, checked; ``given_as`` says where the path came from (for the hint)."""
     p = os.fspath(path)
     try:
         with open(p, encoding="utf-8") as handle:
             doc = json.load(handle)
     except OSError as exc:
-        raise InputError(f"cannot read plan {p!r}: {exc.strerror or exc}", hint="check the --plan path") from None
+        raise InputError(f"cannot read plan {p!r}: {exc.strerror or exc}", hint=f"check {given_as}") from None
     except ValueError as exc:
         raise InputError(
             f"{p!r} is not a plan: not JSON ({exc})",

@@ -30,6 +30,7 @@ that would resolve.
 """
 
 import re
+from collections import Counter
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -54,7 +55,7 @@ from provision.versions import DottedVersion as Version
 from provision.versions import major_minor, parse_version, prefix_matches
 
 POLICIES = ("lts", "latest")
-_BRANCH_TYPES = {
+BRANCH_TYPES = {
     "ltsb": "long-term support branch",
     "pb": "production branch",
     "nfb": "new feature branch",
@@ -89,6 +90,7 @@ class Context:
         "os",
         "pins",
         "request",
+        "rule_of",
         "skipped",
     )
 
@@ -111,6 +113,7 @@ class Context:
         self.gpu_id, self.gpu_name, self.gpus, self.arch = gpu_id, gpu_name, gpus, arch
         self.cc, self.nvswitch, self.min_driver = cc, nvswitch, min_driver
         self.eliminated: list[tuple[str, str]] = []
+        self.rule_of: dict[tuple[str, str], str] = {}  # elimination -> the rule (kind) behind it
         self.kinds: set[str] = set()  # which rules eliminated candidates
         self.skipped: list[str] = []  # branches the policy or end of life left out
 
@@ -118,6 +121,7 @@ class Context:
         self.kinds.add(kind)
         if (candidate, why) not in self.eliminated:
             self.eliminated.append((candidate, why))
+            self.rule_of[(candidate, why)] = kind
 
 
 class DriverChoice(NamedTuple):
@@ -177,6 +181,7 @@ def resolve(matrix: m.Matrix, request: PlanRequest, *, suggest: bool = True) -> 
         hint=_suggest(matrix, request) if suggest else None,
     )
     error.kinds = frozenset(ctx.kinds)
+    error.summary = summarise(ctx, eliminations)
     raise error
 
 
@@ -188,7 +193,11 @@ def _mig(matrix: m.Matrix, request: PlanRequest):
 
     gpu_id, profile_set, members = migplan.gpu_profile_set(matrix, request.gpu)
     placed = migplan.plan_layout(
-        profile_set, request.mig, gpu=gpu_id, pci_device_ids=tuple(p for g in members for p in g.pci_device_ids)
+        profile_set,
+        request.mig,
+        gpu=gpu_id,
+        pci_device_ids=tuple(p for g in members for p in g.pci_device_ids),
+        flags=migplan.Flags(layout="--mig", fill=None),  # hints name provision plan's flag
     )
     instances = tuple(
         PlanMigInstance(i.profile.name, i.profile.id, i.start, i.profile.memory_slices, i.profile.compute_slices)
@@ -354,7 +363,7 @@ def _driver_candidates(ctx: Context) -> Iterator[DriverChoice]:
             if b.past_eol(as_of):
                 ctx.skipped.append(f"{b.label} (end of life {b.eol or 'listed'})")
             elif ctx.request.policy == "lts" and b.type not in ("ltsb", "pb"):
-                ctx.skipped.append(f"{b.label} ({_BRANCH_TYPES[b.type]})")
+                ctx.skipped.append(f"{b.label} ({BRANCH_TYPES[b.type]})")
             else:
                 branches.append(b)
     for b in branches:
@@ -605,7 +614,7 @@ def _driver_reasons(ctx: Context, b: m.DriverBranch, release: m.DriverRelease, m
         kinds = "long-term support or production" if ctx.request.policy == "lts" else "any"
         why = f"newest {kinds} branch not past end of life on {ctx.matrix.as_of} (policy {ctx.request.policy}) that supports {ctx.arch.name}"
     eol = f", end of life {b.eol}" if b.eol else ""
-    reasons = [Reason("driver", f"{b.label}, {_BRANCH_TYPES[b.type]}{eol}: {why}", src)]
+    reasons = [Reason("driver", f"{b.label}, {BRANCH_TYPES[b.type]}{eol}: {why}", src)]
     rel_why = (
         "pinned" if ctx.pins.driver_release else f"newest {b.label} release in the {ctx.os.nvidia_repo} repository"
     )
@@ -845,6 +854,108 @@ def _pin_text(request: PlanRequest) -> str:
     return f" pins=[{', '.join(pins)}]" if pins else ""
 
 
+# The rules in the order a line about them is most useful: the stages nearest to a plan first.
+_RULE_ORDER = (
+    "cudnn-pin",
+    "cudnn-support",
+    "cuda-driver",
+    "framework-cuda",
+    "framework-sm",
+    "cuda-uncatalogued",
+    "image",
+    "cuda-sm",
+    "gpu-min-driver",
+    "os-packages",
+    "kernel-module",
+    "driver-architecture",
+)
+
+
+def _rule_text(ctx: Context, rule: str, n: int) -> str:
+    """What ``n`` candidates eliminated by ``rule`` have in common, in words."""
+    sm, pins = f"sm_{ctx.cc.replace('.', '')}", ctx.request
+    s = "" if n == 1 else "s"
+    texts = {
+        "cudnn-pin": f"stack{s} whose cuDNN does not match --cudnn {pins.cudnn}",
+        "cudnn-support": f"stack{s} whose cuDNN does not support the CUDA release, the GPU or the driver",
+        "cuda-driver": f"stack{s} whose driver is older than the CUDA release needs",
+        "framework-cuda": f"framework build{s} for another CUDA than --cuda {pins.cuda}",
+        "framework-sm": f"framework build{s} without code for {sm}",
+        "cuda-uncatalogued": f"framework CUDA version{s} not in the catalogue",
+        "image": f"CUDA release{s} without a matching nvidia/cuda image for {ctx.os.cuda_image_os}",
+        "cuda-sm": f"CUDA release{s} that cannot build for {sm} ({ctx.arch.name})",
+        "gpu-min-driver": f"driver{s} older than {ctx.min_driver}, the first driver for {ctx.gpu_id}",
+        "os-packages": f"driver{s} not packaged in the {ctx.os.nvidia_repo} repository",
+        "kernel-module": f"driver branch{'es' if n > 1 else ''} without kernel modules {ctx.arch.name} runs",
+        "driver-architecture": f"driver branch{'es' if n > 1 else ''} without {ctx.arch.name} support",
+    }
+    return texts.get(rule, f"candidate{s} eliminated by rule {rule}")
+
+
+def _span(items: list[str], limit: int = 3) -> str:
+    shown = ", ".join(items[:limit])
+    return shown + (f", … ({len(items) - limit} more)" if len(items) > limit else "")
+
+
+def summarise(ctx: Context, eliminations: list[tuple[str, str]]) -> list[str]:
+    """A refusal in a few lines: one per rule that eliminated candidates (how many, one example),
+    what a pin could have matched, and the branches the policy left out. The full list stays in
+    the error's eliminations (provision plan --explain prints it)."""
+    by_rule: dict[str, list[tuple[str, str]]] = {}
+    for cand, why in ctx.eliminated:
+        by_rule.setdefault(ctx.rule_of.get((cand, why), "other"), []).append((cand, why))
+    lines = _pin_facts(ctx)
+    order = {rule: i for i, rule in enumerate(_RULE_ORDER)}
+    for rule in sorted(by_rule, key=lambda r: order.get(r, len(order))):
+        items = by_rule[rule]
+        if len({why for _, why in items}) == 1:
+            lines.append(f"{_span([cand for cand, _ in items])}: {items[0][1]}")
+        else:  # the example: a candidate with the most common reason (versions aside)
+            shapes = Counter(re.sub(r"\d+(\.\d+)*", "#", why) for _, why in items)
+            cand, why = next(c for c in items if re.sub(r"\d+(\.\d+)*", "#", c[1]) == shapes.most_common(1)[0][0])
+            lines.append(f"{len(items)} {_rule_text(ctx, rule, len(items))}, e.g. {cand}: {why}")
+    if ctx.skipped:
+        kinds = "long-term support and production" if ctx.request.policy == "lts" else "any"
+        lines.append(
+            f"not tried: {len(ctx.skipped)} driver branch{'es' if len(ctx.skipped) > 1 else ''} "
+            f"({_span([s.split(' (')[0] for s in ctx.skipped], 4)}): policy {ctx.request.policy} takes {kinds} "
+            "branches not past end of life; pin --driver to use one"
+        )
+    if any(len(items) > 3 or len({why for _, why in items}) > 1 for items in by_rule.values()):
+        lines.append(f"({len(ctx.eliminated)} candidates in all: provision plan … --explain lists each)")
+    return lines
+
+
+def _pin_facts(ctx: Context) -> list[str]:
+    """For a cuDNN pin that no image for the OS carries: what they carry, and what the catalogue knows."""
+    pin = ctx.pins.cudnn
+    if not pin or "cudnn-pin" not in ctx.kinds:
+        return []
+    img_os = ctx.os.cuda_image_os
+    carried = sorted(
+        {Version(i.cudnn_version) for i in ctx.matrix.images if i.cudnn_version and img_os in i.os}, reverse=True
+    )
+    if any(prefix_matches(pin, v) for v in carried):
+        return []  # some image carries it: the rules below say what else eliminated those stacks
+    catalogued = sorted({c.version for c in ctx.matrix.cudnn}, reverse=True)
+    matrices = [str(v) for v in catalogued if prefix_matches(pin, v)]
+    known = (
+        f"the catalogue's support matrices list {', '.join(matrices)}"
+        if matrices
+        else f"no catalogued support matrix matches either ({_range(catalogued)})"
+    )
+    return [
+        f"--cudnn {pin}: no nvidia/cuda image for {img_os} with a catalogued cuDNN carries it "
+        f"(they carry {_range(carried)}); {known}"
+    ]
+
+
+def _range(versions: list) -> str:
+    if not versions:
+        return "none"
+    return str(versions[0]) if len(versions) == 1 else f"{versions[-1]} … {versions[0]}"
+
+
 def _quiet(matrix: m.Matrix, request: PlanRequest) -> Plan | None:
     try:
         return _search(context(matrix, request))
@@ -884,6 +995,10 @@ def _suggest(matrix: m.Matrix, request: PlanRequest, limit: int = 3) -> str:
                 if found and found[-1].startswith("--framework"):
                     break
     if request.cudnn:
+        carried = {Version(i.cudnn_version).release[0] for i in matrix.images if i.cudnn_version}
+        for major in sorted(carried, reverse=True):
+            if str(major) != request.cudnn.strip().split(".")[0] and len(found) < 2:
+                attempt(f"--cudnn {major}", replace(request, cudnn=str(major)))
         attempt("drop --cudnn", replace(request, cudnn=None))
     for key in ("cuda", "driver", "framework"):
         if getattr(request, key):

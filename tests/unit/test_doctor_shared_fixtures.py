@@ -158,3 +158,10 @@ def test_all_captures_of_one_host_merge(tmp_path):
     assert {"retired-pages-pending", "xid-48", "nvlink-inactive"} <= report.ids()
     assert report.exit_code == 1
     assert len(report.read) == 3
+
+
+def test_every_capture_names_its_source():
+    """Each capture in the reference set carries the sidecar that says where it was published."""
+    missing = [p.name for p in captures() if not (SHARED / f"{p.name}.source.txt").is_file()]
+    assert not missing, missing
+    assert (SHARED / "SOURCES.md").is_file()

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from provision.errors import InputError
-from provision.fleet.inventory import check_inventory, load_fleet, load_inventory
+from provision.fleet.inventory import check_inventory, load_fleet, load_inventory, ungrouped_hosts
 
 
 def write_inventory(tmp_path, doc, name="inv.yml"):
@@ -178,3 +178,95 @@ def test_apply_refuses_bad_input_before_touching_hosts(cli, tmp_path, args, text
     assert "hint:" in r.err
     assert "Traceback" not in r.err
     assert not (run_dir / "artifacts").exists(), "nothing ran"
+
+
+# -- inventory check runs exactly apply's validation -----------------------------------------
+UNGROUPED = {
+    "all": {
+        "hosts": {
+            "n1": {"ansible_host": "127.0.0.1", "ansible_port": 2201},
+            "n2": {"ansible_host": "127.0.0.1", "ansible_port": 2202},
+        }
+    }
+}
+
+
+def test_inventory_check_refuses_an_ungrouped_inventory_without_a_fleet(cli, tmp_path):
+    r = cli("inventory", "check", "-i", write_inventory(tmp_path, UNGROUPED))
+    assert r.code == 2, r
+    assert "ok" not in r.out
+    assert "error: every host (2) is ungrouped" in r.err
+    assert "hint:" in r.err
+    assert "--fleet FILE" in r.err
+    assert "--plan FILE" in r.err
+
+
+def test_inventory_check_without_a_fleet_says_what_it_did_not_check(cli, tmp_path):
+    r = cli("inventory", "check", "-i", write_inventory(tmp_path, GOOD))
+    assert r.code == 0, r
+    assert "ok:" not in r.out
+    assert "the plans were not checked" in r.out
+
+
+def test_ungrouped_hosts(tmp_path):
+    doc = {"all": {"hosts": {"lone": {"ansible_port": 2209}}, "children": GOOD["all"]["children"]}}
+    inv = load_inventory(write_inventory(tmp_path, doc))
+    assert ungrouped_hosts(inv) == ["lone"]
+    assert ungrouped_hosts(load_inventory(write_inventory(tmp_path, UNGROUPED))) == ["n1", "n2"]
+
+
+BOTH = {"a100": {"os": "rocky9", "gpu": "a100-pcie"}, "h100": {"os": "rocky9", "gpu": "h100-sxm"}}
+
+
+@pytest.mark.parametrize(
+    ("fleet", "text"),
+    [
+        ({**BOTH, "a100": {"os": "rocky9", "gpu": "a100pcie"}}, "fleet group 'a100': unknown GPU 'a100pcie'"),
+        ({**BOTH, "a100": {"lock": "missing.lock.json"}}, "fleet group 'a100': cannot read plan"),
+        ({**BOTH, "a100": {"lock": "notaplan.json"}}, "fleet group 'a100': 'NOTAPLAN' is not a provision plan"),
+        ({**BOTH, "a100": {"os": "rocky9", "gpu": "a100-pcie", "cuda": "99.1"}}, "CUDA 99.1 is not in the catalogue"),
+        ({**BOTH, "a 100": BOTH["a100"]}, "fleet group 'a 100' is not a usable group name"),
+        ({"a100": BOTH["a100"]}, "n3: is in no planned group"),
+        ({**BOTH, "b200": {"os": "rocky9", "gpu": "b200"}}, "plans group 'b200', which the inventory does not have"),
+    ],
+    ids=["unknown-gpu", "missing-lock", "not-a-plan", "bad-pin", "group-name", "unplanned", "missing-group"],
+)
+def test_inventory_check_refuses_what_apply_refuses(cli, tmp_path, fleet, text):
+    """Each fleet apply refuses before touching a host, inventory check refuses too, with the same cause."""
+    inv = write_inventory(tmp_path, GOOD)
+    notaplan = tmp_path / "notaplan.json"
+    notaplan.write_text(json.dumps({"hello": "world"}))
+    text = text.replace("NOTAPLAN", str(notaplan))
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump({"groups": fleet}))
+    check = cli("inventory", "check", "-i", inv, "--fleet", str(path))
+    assert check.code == 2, check
+    assert text in check.err, check
+    assert "hint:" in check.err
+    assert "Traceback" not in check.err
+    assert "ok:" not in check.out
+    run_dir = tmp_path / "run"
+    apply = cli("apply", "-i", inv, "--fleet", str(path), "--run-dir", str(run_dir))
+    assert apply.code == check.code, apply
+    assert text.replace(": is in", " is in") in apply.err, apply
+    assert not run_dir.exists()
+
+
+def test_inventory_check_with_one_plan(cli, tmp_path):
+    inv = write_inventory(tmp_path, UNGROUPED)
+    plan = tmp_path / "plan.json"
+    assert cli("plan", "--os", "rocky9", "--gpu", "a100-pcie", "--lock", str(plan), "--format", "json").code == 0
+    r = cli("inventory", "check", "-i", inv, "--plan", str(plan))
+    assert r.code == 0, r
+    assert "ok: the plan is valid" in r.out
+    assert "plan all: a100-pcie on rocky9" in r.out
+    doc = json.loads(plan.read_text())
+    doc["driver"]["version"] = "1.2.3"
+    plan.write_text(json.dumps(doc))
+    r = cli("inventory", "check", "-i", inv, "--plan", str(plan))
+    assert r.code == 2, r
+    assert "error:" in r.err
+    assert "hint:" in r.err
+    r = cli("inventory", "check", "-i", inv, "--plan", str(plan), "--fleet", str(plan))
+    assert r.code == 2
+    assert "exactly one of --plan and --fleet" in r.err
