@@ -23,9 +23,9 @@ from xml.sax.saxutils import escape, quoteattr
 
 from provision.matrix.model import Gpu, Matrix
 
-# GPU-to-GPU bandwidth of a board without NVLink: PCIe Gen4 x16, both directions (NVLink figures
-# in the catalogue are bidirectional totals too). The catalogue does not record PCIe generations,
-# so every PCIe-only board counts the same.
+# GPU-to-GPU bandwidth of a board without NVLink: its PCIe x16 link, both directions (NVLink figures
+# in the catalogue are bidirectional totals too), from gpus.yaml `pcie`; PCIe Gen4 x16 where the
+# catalogue does not record the link.
 PCIE_X16_GBS = 64.0
 # Share of an NVLink's bandwidth that counts when GPUs are linked pairwise (bridge) or in a
 # partial mesh rather than all-to-all through NVSwitch: collectives across more than the linked
@@ -146,10 +146,11 @@ def inference_tflops(gpu: Gpu) -> float:
 
 
 def interconnect_gbs(gpu: Gpu) -> float:
+    pcie = gpu.pcie_bandwidth_gbs or PCIE_X16_GBS
     if not gpu.nvlink_bandwidth_gbs:
-        return PCIE_X16_GBS
+        return pcie
     share = 1.0 if gpu.nvswitch else POINT_TO_POINT_NVLINK_SHARE
-    return max(gpu.nvlink_bandwidth_gbs * share, PCIE_X16_GBS)
+    return max(gpu.nvlink_bandwidth_gbs * share, pcie)
 
 
 def mig_instances(gpu: Gpu, matrix: Matrix) -> float:
@@ -199,8 +200,8 @@ INTERCONNECT = Metric(
     "GPU-to-GPU",
     "GB/s",
     f"NVLink bandwidth per GPU; x {POINT_TO_POINT_NVLINK_SHARE:g} when linked by bridge or mesh "
-    f"rather than all-to-all through NVSwitch; {PCIE_X16_GBS:g} GB/s (PCIe Gen4 x16) without "
-    "NVLink",
+    f"rather than all-to-all through NVSwitch; the PCIe x16 link without NVLink (Gen3 "
+    f"32 GB/s, {PCIE_X16_GBS:g} GB/s Gen4 where not recorded)",
     lambda g, m: interconnect_gbs(g),
 )
 TFLOPS_PER_W = Metric(

@@ -212,6 +212,23 @@ def check_invariants(matrix: Matrix, raw: dict[str, Any]) -> list[Problem]:  # n
                 "cudnn flavours and the cudnn entry must come together",
                 "coverage",
             )
+        if img.cudnn_os is not None and not set(img.cudnn_os) <= set(img.os):
+            add(
+                "images.yaml",
+                f"releases[{i}]({img.cuda}).cudnn.os",
+                "names an OS the release does not list",
+                "coverage",
+            )
+        newer = img.superseded_by
+        if newer is not None and (
+            newer <= img.cuda or newer.release[:2] != img.cuda.release[:2] or matrix.image(newer) is None
+        ):
+            add(
+                "images.yaml",
+                f"releases[{i}]({img.cuda}).eol.superseded_by",
+                f"{newer} is not a listed newer update of CUDA {img.cuda.release[0]}.{img.cuda.release[1]}",
+                "dangling-id",
+            )
 
     if (bad := _newest_first([t.version for t in matrix.toolkit])) is not None:
         add(

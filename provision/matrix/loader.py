@@ -201,6 +201,8 @@ def build(raw: dict[str, Any]) -> m.Matrix:
                 mig=x["mig"],
                 min_driver=_v("gpus.yaml", f"gpus[{i}].min_driver", x["min_driver"]) if x["min_driver"] else None,
                 sources=tuple(x["sources"]),
+                pcie_generation=(x.get("pcie") or {}).get("generation"),
+                pcie_bandwidth_gbs=(x.get("pcie") or {}).get("bandwidth_gbs"),
             )
         )
     groups = tuple(m.GpuGroup(x["id"], x["name"], tuple(x["members"])) for x in g["groups"])
@@ -322,6 +324,12 @@ def build(raw: dict[str, Any]) -> m.Matrix:
             cudnn_version=(r["cudnn"] or {}).get("version"),
             cudnn_marker=(r["cudnn"] or {}).get("marker"),
             source=r["source"],
+            cudnn_os=tuple(r["cudnn"]["os"]) if r["cudnn"] and "os" in r["cudnn"] else None,
+            eol_date=(r.get("eol") or {}).get("date"),
+            superseded_by=_v("images.yaml", f"releases[{i}].eol.superseded_by", r["eol"]["superseded_by"])
+            if r.get("eol") and r["eol"]["superseded_by"]
+            else None,
+            eol_source=(r.get("eol") or {}).get("source"),
         )
         for i, r in enumerate(im["releases"])
     )

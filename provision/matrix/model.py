@@ -70,6 +70,8 @@ class Gpu(NamedTuple):
     mig: str | None  # a profile-set id in mig.yaml
     min_driver: Version | None
     sources: tuple[str, ...]
+    pcie_generation: int | None = None  # host interface; None: not recorded
+    pcie_bandwidth_gbs: float | None = None  # x16, both directions
 
 
 class GpuGroup(NamedTuple):
@@ -217,6 +219,24 @@ class ImageRelease(NamedTuple):
     cudnn_version: str | None
     cudnn_marker: str | None  # "cudnn8", "cudnn9", "cudnn": what sits before -runtime/-devel
     source: str
+    cudnn_os: tuple[str, ...] | None = None  # OSes with the cudnn flavours; None: all of `os`
+    eol_date: str | None = None  # "YYYY-MM-DD" NVIDIA moved the tags to end of life
+    superseded_by: Version | None = None  # the newer update that replaced it
+    eol_source: str | None = None  # None: a supported image set
+
+    def flavours_for(self, os_suffix: str) -> tuple[str, ...]:
+        """The flavours published for one OS suffix (12.5.1 has no cudnn tags on ubuntu24.04)."""
+        if os_suffix not in self.os:
+            return ()
+        if self.cudnn_os is None or os_suffix in self.cudnn_os:
+            return self.flavours
+        return tuple(f for f in self.flavours if not f.startswith("cudnn-"))
+
+    def past_eol(self, as_of: dt.date) -> bool:
+        """End of life on `as_of`: superseded by a newer update, or moved to end of life by then."""
+        if self.eol_source is None:
+            return False
+        return self.eol_date is None or dt.date.fromisoformat(self.eol_date) <= as_of
 
     def tag(self, flavour: str, os_suffix: str) -> str:
         if flavour.startswith("cudnn-"):

@@ -476,7 +476,7 @@ def _cuda_candidates(ctx: Context, build: m.FrameworkBuild | None) -> Iterator[t
             continue
         image = ctx.matrix.image(cuda.version)
         img_os = ctx.os.cuda_image_os
-        if image is None or img_os not in image.os or flavour not in image.flavours:
+        if image is None or flavour not in image.flavours_for(img_os):
             published = [
                 str(i.cuda)
                 for i in ctx.matrix.images
@@ -753,7 +753,8 @@ def _cuda_part(ctx: Context, cand: Candidate, link: CudaLink) -> tuple[PlanCuda,
 def _image_part(ctx: Context, cand: Candidate) -> tuple[str, dict[str, str], Reason]:
     image, os_rel = cand.image, ctx.os
     flavour = _base_flavour(cand.build)
-    images = {f: f"{ctx.matrix.image_repository}:{image.tag(f, os_rel.cuda_image_os)}" for f in image.flavours}
+    img_os = os_rel.cuda_image_os
+    images = {f: f"{ctx.matrix.image_repository}:{image.tag(f, img_os)}" for f in image.flavours_for(img_os)}
     base_image = images[flavour]
     img_why = {
         "runtime": "runtime flavour: CUDA math libraries, no framework asked for",

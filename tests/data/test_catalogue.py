@@ -109,7 +109,7 @@ def test_matrix_check_is_clean_and_fast(real_matrix):
 @pytest.mark.parametrize(
     ("os_id", "gpu", "pins", "expect"),
     [
-        ("rocky9", "a100-pcie", {}, {"cuda": "13.0.0", "fm": None}),
+        ("rocky9", "a100-pcie", {}, {"cuda": "13.0.2", "fm": None}),
         ("ubuntu22.04", "h100-sxm", {}, {"fm": "nvidia-fabricmanager"}),
         ("rocky9", "b200", {}, {"module": "open"}),
         ("ubuntu22.04", "v100", {}, {"branch": "580", "module": "proprietary", "cuda": "12.9.1"}),

@@ -12,7 +12,7 @@ import provision
 def test_plan_table(cli):
     r = cli("plan", "--os", "rocky9", "--gpu", "a100-pcie")
     assert r.code == 0, r
-    assert "R595 595.91.07" in r.out
+    assert "R620 620.70.06" in r.out
     assert "why:" in r.out
     assert "[driver]" in r.out
     assert r.err == ""

@@ -1,0 +1,186 @@
+"""Issue 11's catalogue corrections: each test reads the corrected row and the source it cites."""
+
+import datetime as dt
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from support import COMPAT
+
+from provision.errors import CompatDataError
+from provision.matrix.loader import load_matrix
+from provision.plan.model import PlanRequest
+from provision.plan.resolve import resolve
+from provision.tiers import interconnect_gbs
+from provision.versions import DottedVersion as Version
+
+
+def image(matrix, cuda):
+    img = matrix.image(Version(cuda))
+    assert img is not None, cuda
+    return img
+
+
+# -- images.yaml ------------------------------------------------------------------------------
+def test_cuda_12_5_1_has_no_cudnn_tags_on_ubuntu_24_04(real_matrix):
+    img = image(real_matrix, "12.5.1")
+    assert img.source == "cuda-images-2512"  # dist/12.5.1/cudnn-platforms.json
+    assert "cudnn-runtime" not in img.flavours_for("ubuntu24.04")
+    assert "runtime" in img.flavours_for("ubuntu24.04")
+    assert {"cudnn-runtime", "cudnn-devel"} <= set(img.flavours_for("ubuntu22.04"))
+    assert set(img.flavours_for("rockylinux9")) == set(img.flavours)
+    assert img.flavours_for("ubuntu20.04") == ()
+
+
+def test_a_cudnn_plan_on_ubuntu_24_04_never_lands_on_12_5_1(real_matrix):
+    plan = resolve(real_matrix, PlanRequest(os="ubuntu24.04", gpu="l4", cuda="12.5"))
+    assert not any(tag.endswith("12.5.1-cudnn-runtime-ubuntu24.04") for tag in plan.images.values())
+    assert "cudnn-runtime" not in plan.images
+
+
+def test_cuda_13_0_2_rocky_and_ubi_tags_and_their_cudnn(real_matrix):
+    img = image(real_matrix, "13.0.2")
+    assert img.source == "cuda-images-2512"
+    assert {"rockylinux9", "ubi9"} <= set(img.os)
+    assert img.cudnn_version == "9.14.0.64"  # NV_CUDNN_VERSION=9.14.0.64-1 in NVIDIA's Dockerfiles
+    assert img.tag("cudnn-runtime", "rockylinux9") == "13.0.2-cudnn-runtime-rockylinux9"
+
+
+@pytest.mark.parametrize(
+    ("cuda", "date", "newer", "source"),
+    [
+        ("13.0.0", "2025-09-10", "13.0.3", "cuda-images-2512"),  # moved to dist/end-of-life
+        ("13.0.1", "2025-11-05", "13.0.3", "cuda-images-2512"),
+        ("13.0.2", None, "13.0.3", "cog-docker-hub"),  # superseded: 13.0.3 is on Docker Hub
+        ("13.1.1", None, "13.1.2", "cog-docker-hub"),
+        ("13.2.0", None, "13.2.1", "cog-docker-hub"),
+    ],
+)
+def test_superseded_image_sets_are_end_of_life(real_matrix, cuda, date, newer, source):
+    img = image(real_matrix, cuda)
+    assert (img.eol_date, str(img.superseded_by), img.eol_source) == (date, newer, source)
+    assert img.past_eol(real_matrix.as_of)
+    assert source in real_matrix.sources
+
+
+def test_newest_updates_are_not_end_of_life(real_matrix):
+    for cuda in ("13.2.1", "13.1.2", "13.0.3", "12.9.1", "12.6.3"):
+        assert not image(real_matrix, cuda).past_eol(real_matrix.as_of), cuda
+
+
+def test_a_dated_end_of_life_counts_from_its_date():
+    from provision.matrix.model import ImageRelease
+
+    img = ImageRelease(Version("13.0.0"), ("ubuntu22.04",), ("base",), None, None, "x", None, "2025-09-10", None, "x")
+    assert not img.past_eol(dt.date(2025, 9, 9))
+    assert img.past_eol(dt.date(2025, 9, 10))
+
+
+def broken_copy(tmp_path: Path, file: str, old: str, new: str) -> Path:
+    compat = tmp_path / "compat"
+    shutil.copytree(COMPAT, compat)
+    path = compat / file
+    text = path.read_text()
+    assert old in text, f"catalogue changed: {old!r} not in {file}"
+    path.write_text(text.replace(old, new, 1))
+    return compat
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "what"),
+    [
+        ('superseded_by: "13.2.1"', 'superseded_by: "13.3.0"', "not a listed newer update of CUDA 13.2"),
+        ('superseded_by: "13.2.1"', 'superseded_by: "13.1.2"', "not a listed newer update of CUDA 13.2"),
+        ("os: [ubuntu22.04, rockylinux9, ubi9]}", "os: [ubuntu22.04, rockylinux8]}", "names an OS the release"),
+    ],
+)
+def test_image_eol_and_cudnn_os_are_checked(tmp_path, old, new, what):
+    with pytest.raises(CompatDataError) as info:
+        load_matrix(broken_copy(tmp_path, "images.yaml", old, new))
+    assert what in info.value.message
+
+
+# -- frameworks.yaml --------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("fw", "version", "python"),
+    [
+        ("pytorch", "2.5.1", ">=3.9,<3.14"),  # Requires-Python >=3.8.0, but no cp38 wheel
+        ("pytorch", "2.5.0", ">=3.9,<3.14"),
+        ("pytorch", "2.4.1", ">=3.8,<3.13"),  # no cp313 wheel
+        ("pytorch", "2.1.2", ">=3.8,<3.12"),  # no cp312 wheel
+        ("tensorflow", "2.15.1", ">=3.9,<3.12"),
+        ("tensorflow", "2.14.0", ">=3.9,<3.12"),
+        ("tensorflow", "2.19.1", ">=3.9,<3.13"),
+        ("tensorflow", "2.16.1", ">=3.9,<3.13"),
+    ],
+)
+def test_python_ranges_come_from_the_wheels(real_matrix, fw, version, python):
+    assert real_matrix.framework(fw).release(Version(version)).python == python
+
+
+def test_every_framework_release_has_an_upper_python_bound(real_matrix):
+    for fw in real_matrix.frameworks:
+        for rel in fw.releases:
+            assert re.fullmatch(r">=3\.\d+,<3\.\d+", rel.python or ""), (fw.id, str(rel.version), rel.python)
+
+
+def test_torch_2_11_cu130_carries_the_wheels_cudnn_pin(real_matrix):
+    build = next(b for b in real_matrix.framework("pytorch").release(Version("2.11.0")).builds if b.variant == "cu130")
+    assert (build.cudnn, build.source) == ("9.19.0.56", "pypi-wheel-metadata")
+    assert build.evidence.endswith("torch-2.11.0-cp311-cp311-manylinux_2_28_x86_64.whl.metadata")
+
+
+# -- drivers.yaml -----------------------------------------------------------------------------
+def test_r620_is_an_ltsb_with_its_first_release(real_matrix):
+    r620 = real_matrix.branch(620)
+    assert (r620.type, r620.eol) == ("ltsb", "2029-09")
+    assert "driver-support-620" in r620.sources
+    rel = r620.release(Version("620.70.06"))
+    assert (rel.date, rel.source) == ("2026-11-04", "driver-redist")
+
+
+@pytest.mark.parametrize(("branch", "kind"), [(470, "ltsb"), (550, "pb")])
+def test_branch_designations_from_nvidias_eol_chart(real_matrix, branch, kind):
+    b = real_matrix.branch(branch)
+    assert b.type == kind
+    assert "cuda-images-eol-chart" in b.sources
+
+
+# -- cudnn.yaml -------------------------------------------------------------------------------
+JETSON_ONLY = {"5.3", "6.2", "7.2", "8.7"}
+
+
+def test_cudnn_matrices_carry_no_jetson_sms(real_matrix):
+    for rel in real_matrix.cudnn:
+        for build in rel.builds:
+            assert not JETSON_ONLY & set(build.compute_capabilities), (str(rel.version), build)
+            assert "10.3" not in build.compute_capabilities, str(rel.version)
+
+
+def test_blackwell_is_listed_only_from_cuda_12_8(real_matrix):
+    for rel in real_matrix.cudnn:
+        for build in rel.builds:
+            if {"10.0", "12.0"} & set(build.compute_capabilities):
+                assert not build.cuda.contains(Version("12.6")), (str(rel.version), build)
+    builds = real_matrix.cudnn_release(Version("9.17.0")).builds
+    assert any(b.cuda.contains(Version("12.8")) and "10.0" in b.compute_capabilities for b in builds)
+    assert any(b.cuda.contains(Version("12.6")) and "9.0" in b.compute_capabilities for b in builds)
+
+
+# -- gpus.yaml --------------------------------------------------------------------------------
+@pytest.mark.parametrize("gpu", ["t4", "v100-pcie-32gb"])
+def test_gen3_boards_count_gen3_bandwidth(real_matrix, gpu):
+    g = real_matrix.gpu(gpu)
+    assert (g.pcie_generation, g.pcie_bandwidth_gbs) == (3, 32)
+    assert interconnect_gbs(g) == 32
+
+
+def test_unrecorded_pcie_boards_keep_gen4(real_matrix):
+    assert interconnect_gbs(real_matrix.gpu("l4")) == 64
+
+
+def test_a100_80gb_minimum_driver_from_the_450_release_notes(real_matrix):
+    g = real_matrix.gpu("a100-sxm4-80gb")
+    assert str(g.min_driver) == "450.216.04"
+    assert "tesla-rn-450-216" in g.sources
