@@ -38,6 +38,8 @@ def test_wheel_contains_the_resources(wheel):
         "provision/_resources/compat/frameworks.yaml",
         "provision/_resources/compat/ci_actions.yaml",
         "provision/plan/schema/plan.schema.json",
+        "provision/images/schema/image-lock.schema.json",
+        "provision/images/schema/base-digests.schema.json",
         "provision/_resources/images/variants.yaml",
         "provision/_resources/images/base/Dockerfile.j2",
         "provision/_resources/playbooks/site.yml",

@@ -23,6 +23,7 @@ COMMANDS = {
     "inventory": "provision.cli.fleet:inventory_group",
     "render": "provision.cli.images:render_cmd",
     "build": "provision.cli.images:build_cmd",
+    "pin-base": "provision.cli.images:pin_base_cmd",
     "ci": "provision.cli.ci:ci_group",
     "verify": "provision.cli.verify:verify_cmd",
     "doctor": "provision.cli.doctor:doctor_cmd",
@@ -31,10 +32,47 @@ COMMANDS = {
 }
 
 
+# name -> the first sentence of its help, for `provision --help` without importing every command
+# (importing them all cost more than the interpreter). tests/unit/test_cli_startup.py holds each to
+# the command's own help, so the two cannot drift apart.
+SUMMARIES = {
+    "apply": "Provision hosts to match their plan: driver, Fabric Manager, Docker, the Container Toolkit and the "
+    "plan's MIG layout.",
+    "build": "Render and build a plan's image through the Docker engine, tag it deterministically, lock it.",
+    "ci": "Generate CI pipelines that build each distinct plan image once, pinned and attested.",
+    "doctor": "Name GPU faults and their fixes from nvidia-smi, the kernel log and error output.",
+    "gpus": "Rank the catalogued GPUs for a workload from their specs: a tier list.",
+    "inventory": "Check inventories before anything runs.",
+    "matrix": "List the compatibility catalogue, or check it end to end.",
+    "mig": "Plan Multi-Instance GPU layouts (A100, H100, H200, B200).",
+    "pin-base": "Resolve the plan's nvidia/cuda tags to their registry digests and record them.",
+    "plan": "Resolve driver, kernel modules, CUDA, cuDNN, framework and image for an OS and a GPU.",
+    "render": "Write the Dockerfile and requirements.lock (framework images) for a plan's image.",
+    "verify": "Check that hosts match their plan.",
+}
+
+
 class LazyGroup(click.Group):
     def __init__(self, *args: Any, lazy: dict[str, str], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.lazy = lazy
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list from SUMMARIES: listing must not import every command."""
+        names = self.list_commands(ctx)
+        if not names:
+            return
+        width = formatter.width - 6 - max(len(n) for n in names)
+        rows = []
+        for name in names:
+            summary = SUMMARIES.get(name)
+            if summary is None:
+                summary = self.get_command(ctx, name).get_short_help_str(width)
+            elif len(summary) > width:
+                summary = summary[: max(width - 3, 1)].rsplit(" ", 1)[0] + "..."
+            rows.append((name, summary))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy})

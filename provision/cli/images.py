@@ -1,11 +1,11 @@
-"""`provision render`, `provision build` and `provision ci github`."""
+"""`provision render`, `provision build`, `provision pin-base` and `provision ci github`."""
 
 import os
 import sys
 
 import click
 
-from provision.cli.common import check_output, default_variant, load_plan, plan_source
+from provision.cli.common import check_output, default_variant, load_matrix, load_plan, plan_source
 
 
 @click.command("render")
@@ -18,11 +18,46 @@ from provision.cli.common import check_output, default_variant, load_plan, plan_
     "--templates", type=click.Path(file_okay=False), help="Your templates; they may extend ours as provision/<path>."
 )
 @click.option("--base-image", metavar="REF", help="FROM this instead (a mirror, or nvidia/cuda@sha256:…).")
+@click.option(
+    "--lock-file",
+    type=click.Path(dir_okay=False),
+    help="Reuse this requirements.lock byte for byte (checked: hash-pinned lines only, agrees with the plan).",
+)
+@click.option(
+    "--index-url",
+    metavar="URL",
+    envvar="PROVISION_INDEX_URL",
+    help="Resolve the lock from this package index (a PyPI mirror) instead of pypi.org (env: PROVISION_INDEX_URL).",
+)
+@click.option("--platform", metavar="OS/ARCH", help="Resolve the lock for linux/amd64 (default) or linux/arm64.")
 @click.pass_context
 def render_cmd(
-    ctx, *, plan_file, os_id, gpu, driver, cuda, cudnn, framework, policy, variant, out, templates, base_image
+    ctx,
+    *,
+    plan_file,
+    os_id,
+    gpu,
+    driver,
+    cuda,
+    cudnn,
+    framework,
+    policy,
+    variant,
+    out,
+    templates,
+    base_image,
+    lock_file,
+    index_url,
+    platform,
 ):
-    """Write the Dockerfile (and its files) for a plan's image. Needs no Docker engine."""
+    """Write the Dockerfile and requirements.lock (framework images) for a plan's image. Needs no
+    Docker engine; resolving a lock needs the package index, unless --lock-file gives one.
+
+    A framework image's requirements.lock pins every package with its hashes, resolved by uv for the
+    image's Python and platform, with the plan's CUDA and cuDNN wheels as constraints. Exit 2 when
+    the plan's pin cannot be installed, or a lock contradicts the plan.
+    """
+    from provision.images.pylock import LOCK_NAME, PackageIndex
     from provision.images.render import render_image, write_context
 
     plan = load_plan(
@@ -36,7 +71,18 @@ def render_cmd(
         framework=framework,
         policy=policy,
     )
-    rendered = render_image(plan, default_variant(plan, variant), templates=templates, base_image=base_image)
+    rendered = render_image(
+        plan,
+        default_variant(plan, variant),
+        templates=templates,
+        base_image=base_image,
+        lock_file=lock_file,
+        index=PackageIndex.default(index_url),
+        platform=platform,
+    )
+    for line in rendered.files.get(LOCK_NAME, "").splitlines():
+        if line.startswith("# note: "):
+            click.echo(f"note: {line.removeprefix('# note: ')}", err=True)
     click.echo(write_context(rendered, plan, out))
     return 0
 
@@ -55,6 +101,23 @@ def render_cmd(
 @click.option("--push", is_flag=True, help="Push the tags and record the repository digests.")
 @click.option("--platform", metavar="OS/ARCH", help="Target platform, e.g. linux/amd64.")
 @click.option("--base-image", metavar="REF", help="FROM this instead (a mirror, or nvidia/cuda@sha256:…).")
+@click.option(
+    "--base-digests",
+    metavar="FILE",
+    type=click.Path(dir_okay=False),
+    help="FROM the plan's nvidia/cuda tag at the digest pinned in FILE (provision pin-base); pulled by digest.",
+)
+@click.option(
+    "--lock-file",
+    type=click.Path(dir_okay=False),
+    help="Reuse this requirements.lock byte for byte (checked: hash-pinned lines only, agrees with the plan).",
+)
+@click.option(
+    "--index-url",
+    metavar="URL",
+    envvar="PROVISION_INDEX_URL",
+    help="Resolve the lock from this package index instead of pypi.org (env: PROVISION_INDEX_URL).",
+)
 @click.option("--cache-from", metavar="REF", multiple=True, help="Images to use as a build cache.")
 @click.option("--no-cache", is_flag=True, help="Do not use the build cache.")
 @click.option("--templates", type=click.Path(file_okay=False), help="Your templates; they may extend ours.")
@@ -82,6 +145,9 @@ def build_cmd(
     push,
     platform,
     base_image,
+    base_digests,
+    lock_file,
+    index_url,
     cache_from,
     no_cache,
     templates,
@@ -89,14 +155,33 @@ def build_cmd(
 ):
     """Render and build a plan's image through the Docker engine, tag it deterministically, lock it.
 
-    Exit 1 when the build fails (the failing step and the end of its log are shown), 4 when no
-    engine answers.
+    A base given by digest (--base-digests, or --base-image REF@sha256:…) is pulled by that digest
+    first. image.lock.json records the base and its digest, the image id, the requirements' digest
+    and the pushed repository digests (schema: provision/images/schema/image-lock.schema.json).
+    Warns when the plan's nvidia/cuda tag is past NVIDIA's end of life.
+
+    Exit 1 when the build fails (the failing step and the end of its log are shown), 2 when a
+    base digest does not resolve (nothing is built or pushed), 4 when no engine answers.
     """
     check_output(image_lock, "--image-lock")
     import tempfile
 
-    from provision.images.build import build_image, client, push_image, write_image_lock
+    from provision.errors import InputError
+    from provision.images import pin
+    from provision.images.build import (
+        base_digest,
+        build_image,
+        client,
+        pull_base,
+        push_image,
+        requirements_digest,
+        split_ref,
+        write_image_lock,
+    )
     from provision.images.render import render_image, write_context
+
+    if base_image and base_digests:
+        raise InputError("give either --base-image or --base-digests, not both", hint="see provision build --help")
 
     plan = load_plan(
         ctx,
@@ -110,14 +195,33 @@ def build_cmd(
         policy=policy,
     )
     variant = default_variant(plan, variant)
-    rendered = render_image(plan, variant, templates=templates, base_image=base_image)
+    plan_tag = pin.base_tag(plan, variant, templates)
+    if base_digests:
+        base_image = pin.pinned_ref(pin.read_pins(base_digests), plan_tag, base_digests)
+    from provision.images.pylock import PackageIndex
+
+    rendered = render_image(
+        plan,
+        variant,
+        templates=templates,
+        base_image=base_image,
+        lock_file=lock_file,
+        index=PackageIndex.default(index_url),
+        platform=platform,
+    )
     api = client()  # exit 4 before anything is written when no engine answers
+    warning = pin.end_of_life(load_matrix(ctx), plan, plan_tag)
+    if warning:
+        click.echo(f"warning: {warning}", err=True)
     repo, sep, explicit = repo_tag.rpartition(":") if ":" in repo_tag.split("/")[-1] else (repo_tag, "", "")
     tags = ([f"{repo}:{explicit}"] if sep else []) + [f"{repo}:{t}" for t in rendered.tags]
     display = BuildDisplay()
     with tempfile.TemporaryDirectory(prefix="provision-build-") as tmp:
         context = write_context(rendered, plan, os.path.join(tmp, "context"))
+        requirements = requirements_digest(context)
         with display:
+            if split_ref(rendered.from_ref)[2]:  # by digest: pulled first, or refused before the build
+                pull_base(rendered.from_ref, docker_client=api, on_line=display)
             result = build_image(
                 context,
                 tags=tags,
@@ -135,13 +239,84 @@ def build_cmd(
         result=result,
         repo_digests=digests,
         from_ref=rendered.from_ref,
+        base_digest=base_digest(rendered.from_ref, docker_client=api),
+        requirements=requirements,
     )
-    click.echo(f"built {result.image_id}")
+    click.echo(f"built {result.image_id} from {rendered.from_ref}")
     for tag in result.tags:
         click.echo(f"  tag {tag}")
     for digest in digests:
         click.echo(f"  pushed {digest}")
     click.echo(f"image lock: {image_lock}")
+    return 0
+
+
+@click.command("pin-base")
+@plan_source
+@click.option(
+    "--variant",
+    "variants",
+    multiple=True,
+    help="Pin only the base these variants start from (repeatable; default: every nvidia/cuda tag of the plan).",
+)
+@click.option("--templates", type=click.Path(file_okay=False), help="Your templates (for their variants).")
+@click.option(
+    "--registry",
+    metavar="HOST[:PORT][/PATH]",
+    help="Resolve through this mirror of nvidia/cuda instead of Docker Hub; builds then pull from it.",
+)
+@click.option(
+    "--out",
+    default="base-digests.json",
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="The base-digest file to write or update (read by provision build --base-digests).",
+)
+@click.pass_context
+def pin_base_cmd(
+    ctx, *, plan_file, os_id, gpu, driver, cuda, cudnn, framework, policy, variants, templates, registry, out
+):
+    """Resolve the plan's nvidia/cuda tags to their registry digests and record them.
+
+    Asks the registry through the Docker engine (the engine's credentials apply) for each tag's
+    manifest-list digest and writes them to --out (schema: provision/images/schema/base-digests.schema.json);
+    tags pinned before keep their entries. `provision build --base-digests FILE` then builds
+    FROM nvidia/cuda:<tag>@sha256:…. Warns when a tag is past NVIDIA's end of life.
+
+    Exit 2 when a tag does not resolve (nothing is written), 4 when no engine answers.
+    """
+    from provision.images import pin
+    from provision.images.build import client
+
+    check_output(out, "--out")
+    if registry is not None:
+        pin.source_ref("nvidia/cuda:x", registry)  # refuse a malformed --registry before any work
+    plan = load_plan(
+        ctx,
+        plan_file=plan_file,
+        os_id=os_id,
+        gpu=gpu,
+        driver=driver,
+        cuda=cuda,
+        cudnn=cudnn,
+        framework=framework,
+        policy=policy,
+    )
+    tags = [pin.base_tag(plan, v, templates) for v in variants] if variants else list(plan.images.values())
+    if os.path.exists(out):
+        pin.read_pins(out)  # an unreadable file is refused before the registry is asked
+    api = client()  # exit 4 when no engine answers
+    tags = list(dict.fromkeys(tags))
+    # one warning: every tag of a plan is of the plan's CUDA release
+    subject = tags[0] if len(tags) == 1 else f"the plan's {len(tags)} nvidia/cuda {plan.cuda.version} tags"
+    warning = pin.end_of_life(load_matrix(ctx), plan, subject)
+    if warning:
+        click.echo(f"warning: {warning}", err=True)
+    pins = pin.resolve_all(api, tags, registry=registry)
+    pin.write_pins(out, pins)
+    for p in pins:
+        click.echo(f"{p.tag}  {p.digest}")
+    click.echo(f"base digests: {out}", err=True)
     return 0
 
 

@@ -1,15 +1,25 @@
 """Image builds through the docker SDK (docker >= 7): the one place that talks to an engine."""
 
+import hashlib
 import json
 import os
 import re
+import tempfile
 from collections.abc import Callable
+from functools import cache
 from typing import Any, NamedTuple
 
-from provision.errors import OperationFailed, ToolingError
+from provision.errors import InputError, OperationFailed, ToolingError
 
 STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
 TAIL = 25
+LOCK_SCHEMA_VERSION = 2
+LOCK_SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "schema", "image-lock.schema.json")
+DIGEST_REF = re.compile(
+    r"^(?P<name>[^@]+?)(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?@(?P<digest>sha256:[a-f0-9]{64})$"
+)
+# the build context's Python requirements, the hash-locked one first
+REQUIREMENTS_FILES = ("requirements.lock", "requirements.txt")
 
 
 class BuildError(OperationFailed):
@@ -121,18 +131,150 @@ def push_image(tags: list[str], *, docker_client=None, on_line: Callable[[str], 
     return tuple(dict.fromkeys(digests))
 
 
-def write_image_lock(
-    path: str, *, plan_digest: str, variant: str, result: BuildResult, repo_digests: tuple[str, ...], from_ref: str
-) -> None:
+def split_ref(ref: str) -> tuple[str, str | None, str | None]:
+    """repository, tag, digest of an image reference (registry host:port stays in the repository)."""
+    m = DIGEST_REF.match(ref)
+    if m:
+        return m["name"], m["tag"], m["digest"]
+    last = ref.rsplit("/", 1)[-1]
+    if ":" in last:
+        repo, _, tag = ref.rpartition(":")
+        return repo, tag, None
+    return ref, None, None
+
+
+def pull_base(ref: str, *, docker_client=None, on_line: Callable[[str], None] | None = None) -> str:
+    """Pull a base image by its digest before the build (the build itself never pulls), so the
+    image built is FROM exactly that content; an image the engine already holds under that digest
+    is used as it is. Returns the digest; InputError (exit 2) when the registry does not serve it,
+    before anything is built or pushed."""
+    import docker.errors
+
+    repo, _, digest = split_ref(ref)
+    if digest is None:
+        raise InputError(f"base image {ref!r} carries no digest", hint="pin it: provision pin-base")
+    api = client(docker_client)
+    try:
+        api.inspect_image(f"{repo}@{digest}")
+    except docker.errors.NotFound:
+        pass
+    else:  # content-addressed: what the engine holds under this digest is what a pull would bring
+        if on_line:
+            on_line(f"{repo}@{digest[:19]}: present locally")
+        return digest
+    try:
+        for chunk in api.pull(repo, tag=digest, stream=True, decode=True):
+            if "error" in chunk or "errorDetail" in chunk:
+                message = (chunk.get("errorDetail") or {}).get("message") or chunk.get("error")
+                raise InputError(
+                    f"base image {ref} does not resolve: {message}",
+                    hint="re-pin the base (provision pin-base), or mirror the digest into a registry you control",
+                )
+            if on_line and chunk.get("status"):
+                on_line(f"{repo}@{digest[:19]}: {chunk['status']}")
+    except docker.errors.APIError as exc:
+        raise InputError(
+            f"base image {ref} does not resolve: {(exc.explanation or str(exc)).strip()}",
+            hint="re-pin the base (provision pin-base), or mirror the digest into a registry you control",
+        ) from None
+    return digest
+
+
+def base_digest(ref: str, *, docker_client=None) -> str | None:
+    """The registry digest of a base given by tag: the engine's RepoDigests entry for the same
+    repository, when the image came from a registry; None for a local-only image."""
+    repo, _, digest = split_ref(ref)
+    if digest:
+        return digest
+    api = client(docker_client)
+    try:
+        info = api.inspect_image(ref)
+    except Exception:  # an image the build could not have used either; the lock records no digest
+        return None
+    found = {
+        d.partition("@")[2] for d in info.get("RepoDigests") or [] if _familiar(d.partition("@")[0]) == _familiar(repo)
+    }
+    return found.pop() if len(found) == 1 else None
+
+
+def _familiar(repo: str) -> str:
+    """A Docker Hub repository as the engine records it (nvidia/cuda, debian)."""
+    for prefix in ("docker.io/", "index.docker.io/"):
+        repo = repo.removeprefix(prefix)
+    return repo.removeprefix("library/")
+
+
+def requirements_digest(context: str) -> dict[str, str] | None:
+    """sha256 of the context's requirements (requirements.lock when the render wrote one)."""
+    for name in REQUIREMENTS_FILES:
+        path = os.path.join(context, name)
+        if os.path.isfile(path):
+            with open(path, "rb") as handle:
+                return {"file": name, "digest": "sha256:" + hashlib.sha256(handle.read()).hexdigest()}
+    return None
+
+
+@cache
+def _lock_validator():
+    import jsonschema
+
+    with open(LOCK_SCHEMA_FILE, encoding="utf-8") as handle:
+        return jsonschema.Draft202012Validator(json.load(handle))
+
+
+def image_lock(
+    *,
+    plan_digest: str,
+    variant: str,
+    result: BuildResult,
+    repo_digests: tuple[str, ...],
+    from_ref: str,
+    base_digest: str | None,
+    requirements: dict[str, str] | None,
+    plans: list[dict[str, str]] | None = None,
+    content_digest: str | None = None,
+) -> dict[str, Any]:
+    """The image lock document, held to provision/images/schema/image-lock.schema.json.
+
+    A CI job builds one image for every plan that renders the same context: `plans` lists them
+    (path and digest; `plan_digest` is the first) and `content_digest` names the context."""
     doc: dict[str, Any] = {
-        "schema": 1,
+        "schema": LOCK_SCHEMA_VERSION,
         "plan_digest": plan_digest,
         "variant": variant,
+        "base_image": from_ref,
+        "base_digest": base_digest,
         "image_id": result.image_id,
+        "requirements": requirements,
         "tags": list(result.tags),
         "repo_digests": list(repo_digests),
-        "base_image": from_ref,
     }
-    with open(path, "w", encoding="utf-8") as handle:
-        json.dump(doc, handle, indent=2)
-        handle.write("\n")
+    if plans is not None:
+        doc["plans"] = plans
+    if content_digest is not None:
+        doc["content_digest"] = content_digest
+    import jsonschema
+
+    error = jsonschema.exceptions.best_match(_lock_validator().iter_errors(doc))
+    if error is not None:
+        field = ".".join(str(p) for p in error.absolute_path) or "the document"
+        raise OperationFailed(
+            f"the image lock would not match its schema: {field}: {error.message[:200]}",
+            hint="this is a bug in provision; rerun with --debug and report it",
+        )
+    return doc
+
+
+def write_image_lock(path: str, **fields: Any) -> dict[str, Any]:
+    """Write the image lock atomically (a partial lock is never left behind)."""
+    doc = image_lock(**fields)
+    fd, staging = tempfile.mkstemp(prefix=".image-lock-", dir=os.path.dirname(os.path.abspath(path)))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(doc, handle, indent=2)
+            handle.write("\n")
+        os.replace(staging, path)
+    except OSError as exc:
+        os.unlink(staging)
+        raise InputError(f"cannot write --image-lock {path}: {exc.strerror}", hint="choose a writable path") from None
+    return doc

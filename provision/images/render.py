@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 
 from provision import __version__
 from provision.errors import InputError
+from provision.images.pylock import LOCK_NAME, PackageIndex, image_lock, uv_platform
 from provision.plan.model import Plan, check_image_ref, nvidia_require_cuda
 from provision.resources import images_dir
 
@@ -122,8 +123,18 @@ def supported_sms(plan: Plan, variant_framework: bool) -> str:
 
 
 def render_image(
-    plan: Plan, variant: str, *, templates: str | None = None, base_image: str | None = None
+    plan: Plan,
+    variant: str,
+    *,
+    templates: str | None = None,
+    base_image: str | None = None,
+    lock_file: str | None = None,
+    index: PackageIndex | None = None,
+    platform: str | None = None,
 ) -> RenderedImage:
+    """The build context of one image. A framework image gets requirements.lock: `lock_file`
+    (checked, reused byte for byte) or a fresh uv resolution from `index` for the image's Python and
+    `platform` (linux/amd64 unless given); a lock that contradicts the plan is refused."""
     plan.check()
     if base_image is not None:
         check_image_ref(base_image, "--base-image")
@@ -172,6 +183,20 @@ def render_image(
         "io.provision.cudnn": plan.cudnn.version if plan.cudnn else "none",
         "io.provision.framework": fw.requirement if fw else "none",
     }
+    python = _python(image_os, fw.requires_python if fw else None, image_os_name)
+    if lock_file is not None and fw is None:
+        raise InputError(
+            f"--lock-file: the {variant} image of this plan installs no Python packages",
+            hint="a lock is for framework images (plan with --framework NAME==VERSION)",
+        )
+    lock = None
+    if fw is not None:  # resolved first: the labels say what the lock installs (2.15.0 -> 2.15.0.post1)
+        target = uv_platform(image_os["glibc"], platform)
+        lock = image_lock(fw, python=python["version"], platform=target, lock_file=lock_file, index=index)
+        installed = lock.pins.get(_canonical(fw.package))
+        if installed and installed != fw.version:
+            labels["org.opencontainers.image.version"] = installed
+            labels["io.provision.framework"] = fw.requirement.replace(f"=={fw.version}", f"=={installed}")
     image = {
         "description": spec["description"],
         "from_ref": from_ref,
@@ -179,7 +204,8 @@ def render_image(
         "user": USER,
         "uid": UID,
         "pip_version": PIP_VERSION,
-        "python": _python(image_os, fw.requires_python if fw else None, image_os_name),
+        "python": python,
+        "extra_index_url": fw.index_url if fw else None,
         "labels": labels,
         "nvidia_require_cuda": nvidia_require_cuda(plan),
         "provision_version": __version__,
@@ -195,10 +221,13 @@ def render_image(
             hint="check your --templates; every variable must exist (StrictUndefined)",
         ) from None
     files = {"Dockerfile": dockerfile}
-    if fw is not None:
-        lines = [f"--index-url {fw.index_url}"] if fw.index_url else []
-        files["requirements.txt"] = "\n".join([*lines, fw.requirement]) + "\n"
+    if lock is not None:
+        files[LOCK_NAME] = lock.text
     return RenderedImage(variant, dockerfile, files, from_ref, image_tags(plan, variant, files), labels)
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def write_context(rendered: RenderedImage, plan: Plan, out: str) -> str:

@@ -1,13 +1,17 @@
 """Rendering Dockerfiles from plans: content, reproducibility, bad input, and the hadolint sweep."""
 
+import hashlib
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from packaging.specifiers import SpecifierSet
 
 from provision.errors import InputError
+from provision.images.pylock import plan_constraints
 from provision.images.render import content_digest, image_tags, render_image, variants, write_context
 from provision.plan.model import PlanRequest, nvidia_require_cuda
 from provision.plan.resolve import resolve
@@ -39,7 +43,11 @@ def test_pytorch_on_rocky(real_matrix):
     assert f'io.provision.driver-floor="{plan.driver_floor}"' in df
     assert "USER 10001:10001" in df
     assert "created" not in df
-    assert r.files["requirements.txt"] == "torch==2.5.1\n"
+    lock = r.files["requirements.lock"]
+    assert "\ntorch==2.5.1 \\\n" in lock
+    assert "\nnvidia-cudnn-cu12==9.1.0.70 \\\n" in lock, "the plan's cuDNN"
+    assert "for Python 3.9 on x86_64-manylinux_2_34." in lock, "EL9's python3 and glibc"
+    assert "pip install --no-cache-dir --require-hashes --no-deps --only-binary=:all: -r /tmp/requirements.lock" in df
     assert r.tags == ("pytorch2.5.1-cuda12.4.1-rockylinux9", f"content-{content_digest(r.files)[7:19]}-pytorch")
 
 
@@ -49,13 +57,30 @@ def test_tensorflow_on_ubuntu(real_matrix):
     assert r.from_ref == "nvidia/cuda:12.2.2-base-ubuntu22.04"
     assert "rm -rf /var/lib/apt/lists/*" in r.dockerfile
     assert "dnf" not in r.dockerfile
-    assert r.files["requirements.txt"] == "tensorflow[and-cuda]==2.15.0\n"
+    lock = r.files["requirements.lock"]
+    assert "\ntensorflow==2.15.0.post1 \\\n" in lock, "2.15.0's [and-cuda] cannot be installed; its post-release can"
+    assert "# note: tensorflow[and-cuda]==2.15.0 cannot be installed (" in lock
+    assert "tensorrt-libs" in lock, "uv's reason, kept in the header"
+    assert f"\nnvidia-cudnn-cu12=={plan.framework.cudnn} \\\n" in lock, "the plan's cuDNN, not the newest"
+    assert "\nnvidia-cuda-runtime-cu12==12.2.140 \\\n" in lock
 
 
-def test_index_url_for_a_variant_build(real_matrix):
+def test_index_url_for_a_variant_build(real_matrix, tmp_path):
+    """The plan's index goes to pip as an extra index; the lock (committed here) names no index."""
     plan = plan_for(real_matrix, "ubuntu22.04", "v100", framework="pytorch==2.14.0")
-    r = render_image(plan, "pytorch")
-    assert r.files["requirements.txt"] == "--index-url https://download.pytorch.org/whl/cu126\ntorch==2.14.0\n"
+    assert plan.framework.index_url == "https://download.pytorch.org/whl/cu126"
+    lock = tmp_path / "requirements.lock"
+    lock.write_text(
+        "# a lock resolved against https://download.pytorch.org/whl/cu126\n"
+        f"torch==2.14.0+cu126 --hash=sha256:{'1' * 64}\n"
+        f"nvidia-cudnn-cu12=={plan.framework.cudnn} \\\n    --hash=sha256:{'2' * 64}\n"
+    )
+    r = render_image(plan, "pytorch", lock_file=str(lock))
+    assert r.files["requirements.lock"] == lock.read_text()
+    assert (
+        "--only-binary=:all: --extra-index-url https://download.pytorch.org/whl/cu126 -r /tmp/requirements.lock"
+        in r.dockerfile
+    )
 
 
 def test_system_cuda_tensorflow_uses_the_cudnn_image(real_matrix):
@@ -86,7 +111,7 @@ def test_renders_are_reproducible(real_matrix, tmp_path):
     plan = plan_for(real_matrix, "ubuntu22.04", "h100-sxm", framework="pytorch==2.9.1")
     a = write_context(render_image(plan, "pytorch"), plan, tmp_path / "a")
     b = write_context(render_image(plan, "pytorch"), plan, tmp_path / "b")
-    for name in ("Dockerfile", "requirements.txt", "plan.lock.json"):
+    for name in ("Dockerfile", "requirements.lock", "plan.lock.json"):
         assert (Path(a) / name).read_bytes() == (Path(b) / name).read_bytes()
 
 
@@ -137,7 +162,7 @@ def test_render_cli_and_its_errors(cli, tmp_path):
     r = cli("render", "--os", "rocky9", "--gpu", "a100-pcie", "--framework", "pytorch==2.5.1", "--out", str(out))
     assert r.code == 0
     assert r.out.strip() == str(out)
-    assert sorted(p.name for p in out.iterdir()) == ["Dockerfile", "plan.lock.json", "requirements.txt"]
+    assert sorted(p.name for p in out.iterdir()) == ["Dockerfile", "plan.lock.json", "requirements.lock"]
     lock = out / "plan.lock.json"
     r = cli("render", "--plan", str(lock), "--variant", "base", "--out", str(tmp_path / "again"))
     assert r.code == 0
@@ -188,11 +213,29 @@ def sweep(matrix):
                     yield f"{os_rel.id}-{gpu}-{fw.id}-{rel.version}", plan, fw.id
 
 
+def agreeing_lock(fw, folder: Path) -> str:
+    """A committed lock that agrees with the plan: the framework and the plan's CUDA wheels (the
+    hashes stand in for files; pip checks them at build time, this test lints Dockerfiles)."""
+    path = folder / f"{fw.package}-{fw.version}-{fw.variant}.lock"
+    if not path.exists():
+        pins = [f"{fw.package}=={fw.version}"]
+        for constraint in plan_constraints(fw):  # "name==X", or "name>=X,<Y,==A.B.*": take X
+            name, spec = re.match(r"([a-z0-9-]+)(.*)", constraint).groups()
+            pins.append(f"{name}=={next(s.version for s in SpecifierSet(spec) if s.operator in ('==', '>='))}")
+        path.write_text("".join(f"{p} \\\n    --hash=sha256:{hashlib.sha256(p.encode()).hexdigest()}\n" for p in pins))
+    return str(path)
+
+
 def test_sweep_renders_and_lints_every_supported_combination(real_matrix, tmp_path):
+    """Every framework plan renders with a committed lock (resolving hundreds would be slow; the
+    resolver has its own tests), which also puts the lock check through every catalogued build."""
     files = []
+    locks = tmp_path / "locks"
+    locks.mkdir()
     for name, plan, variant in sweep(real_matrix):
+        lock = agreeing_lock(plan.framework, locks) if plan.framework else None
         try:
-            rendered = render_image(plan, variant)
+            rendered = render_image(plan, variant, lock_file=lock)
         except InputError as exc:
             assert "Requires-Python" in exc.message, (name, exc.message)  # no interpreter on that OS: refused, said so
             continue

@@ -1,0 +1,262 @@
+"""Base images by digest: a plan's nvidia/cuda tags resolved through the registry API, kept in a
+base-digest file (``base-digests.json``, schema ``provision/images/schema/base-digests.schema.json``)
+that ``provision build --base-digests`` reads to build ``FROM nvidia/cuda:<tag>@sha256:…``.
+
+The file is separate from the plan: a plan is resolved offline from the catalogue and digested,
+while a digest is a fact of one registry at one time (a mirror serves the same digest under
+another name). Tags are keys, so pins for several plans accumulate in one file.
+
+End of life follows NVIDIA's CUDA container support policy (nvidia/container-images/cuda
+doc/support-policy.md; catalogue sources ``cuda-images`` and ``cuda-images-issue-177``): an image
+set reaches end of life when a newer update of its toolkit replaces it (images.yaml ``eol``), when
+the driver branch its toolkit shipped with does, or when its CUDA major is two behind the newest;
+NVIDIA deletes end-of-life tags six months later. Dates and releases come from the catalogue.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import tempfile
+from functools import cache
+from typing import Any, NamedTuple
+
+from provision.errors import InputError, ToolingError
+from provision.plan.model import Plan, check_image_ref
+
+SCHEMA_VERSION = 1
+SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "schema", "base-digests.schema.json")
+DIGEST = re.compile(r"^sha256:[a-f0-9]{64}$")
+REGISTRY = re.compile(r"^[a-z0-9]+([.-][a-z0-9]+)*(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
+SUPPORTED_MAJORS = 2  # NVIDIA supports two CUDA majors' images at a time (support-policy.md)
+
+
+class BasePin(NamedTuple):
+    tag: str  # the plan's reference: nvidia/cuda:12.4.1-base-ubuntu22.04
+    ref: str  # what FROM uses: [mirror/]nvidia/cuda:12.4.1-base-ubuntu22.04@sha256:…
+    digest: str  # the manifest list's (or single manifest's) digest
+    media_type: str
+    platforms: tuple[str, ...]  # os/arch[/variant] the manifest list serves
+    resolved_at: str  # UTC, ISO 8601
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ref": self.ref,
+            "digest": self.digest,
+            "media_type": self.media_type,
+            "platforms": list(self.platforms),
+            "resolved_at": self.resolved_at,
+        }
+
+
+# -- which tag a variant starts from --------------------------------------------------------------
+def base_tag(plan: Plan, variant: str, templates: str | None = None) -> str:
+    """The plan's nvidia/cuda reference that `render_image(plan, variant)` puts in FROM, without
+    rendering (a render may resolve requirements). tests/images hold the two to the same answer."""
+    from provision.images.render import variants
+
+    known = variants(templates)
+    if variant not in known:
+        raise InputError(f"unknown variant {variant!r}", hint=f"variants: {', '.join(sorted(known))}")
+    flavour = known[variant]["flavour"]
+    if variant == "tensorflow" and plan.framework and plan.framework.libraries == "system":
+        flavour = "cudnn-runtime"
+    if flavour == "devel" and plan.cudnn is not None and "cudnn-devel" in plan.images:
+        flavour = "cudnn-devel"
+    if flavour not in plan.images:
+        raise InputError(
+            f"the plan has no nvidia/cuda {flavour} image for {plan.os.cuda_image_os}",
+            hint=f"published: {', '.join(sorted(plan.images))}",
+        )
+    return plan.images[flavour]
+
+
+# -- resolving through the registry API -----------------------------------------------------------
+def source_ref(tag: str, registry: str | None) -> str:
+    """Where to ask for `tag`: the tag itself (Docker Hub), or the same path under a mirror."""
+    if registry is None:
+        return tag
+    registry = registry.rstrip("/")
+    if not REGISTRY.fullmatch(registry):
+        raise InputError(
+            f"--registry {registry!r} is not a registry address",
+            hint="HOST[:PORT][/PATH], e.g. 127.0.0.1:5000 or registry.example.com/mirror",
+        )
+    return f"{registry}/{tag}"
+
+
+def resolve(api, tag: str, *, registry: str | None = None, now: dt.datetime | None = None) -> BasePin:
+    """One tag's digest from the registry (APIClient.inspect_distribution: the engine asks the
+    registry for the manifest, with the engine's credentials). InputError (exit 2) when the
+    registry does not answer with a digest."""
+    import docker.errors
+    import requests.exceptions
+
+    source = source_ref(tag, registry)
+    check_image_ref(source, "--registry")
+    try:
+        data = api.inspect_distribution(source)
+    except docker.errors.APIError as exc:
+        reason = (exc.explanation or str(exc)).strip()
+        raise InputError(f"{source} does not resolve to a digest: {reason}", hint=_hint(reason, registry)) from None
+    except requests.exceptions.RequestException as exc:
+        raise ToolingError(
+            f"the Docker engine stopped answering while resolving {source} ({type(exc).__name__})",
+            hint="check dockerd, then run the command again",
+        ) from None
+    descriptor = data.get("Descriptor") if isinstance(data, dict) else None
+    digest = descriptor.get("digest") if isinstance(descriptor, dict) else None
+    if not isinstance(digest, str) or not DIGEST.fullmatch(digest):
+        raise InputError(
+            f"{source} does not resolve to a digest: the registry answered {digest!r}, not a sha256 digest",
+            hint="check that the registry serves OCI/Docker v2 manifests",
+        )
+    platforms = []
+    for p in data.get("Platforms") or []:
+        if isinstance(p, dict) and p.get("os") and p.get("architecture"):
+            platforms.append("/".join(str(p[k]) for k in ("os", "architecture", "variant") if p.get(k)))
+    stamp = (now or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return BasePin(tag, f"{source}@{digest}", digest, str(descriptor.get("mediaType") or ""), tuple(platforms), stamp)
+
+
+def _hint(reason: str, registry: str | None) -> str:
+    lowered = reason.lower()
+    if "manifest unknown" in lowered or "not found" in lowered:
+        where = registry or "Docker Hub"
+        return f"{where} has no such tag: NVIDIA deletes end-of-life nvidia/cuda tags; mirror it, or plan a newer CUDA"
+    if "unauthorized" in lowered or "denied" in lowered:
+        return "docker login to the registry first (the engine's credentials are used)"
+    return "check that the engine can reach the registry (docker pull REF), then run the command again"
+
+
+def resolve_all(api, tags: list[str], *, registry: str | None = None) -> list[BasePin]:
+    """Every tag, or InputError naming each that failed (nothing is written on a failure)."""
+    pins, failures = [], []
+    for tag in dict.fromkeys(tags):
+        try:
+            pins.append(resolve(api, tag, registry=registry))
+        except InputError as exc:
+            failures.append(exc)
+    if len(failures) == 1:
+        raise failures[0]
+    if failures:
+        raise InputError(
+            f"{len(failures)} of {len(pins) + len(failures)} base images do not resolve to a digest",
+            hint=failures[0].hint,
+            details=[f.message for f in failures],
+        )
+    return pins
+
+
+# -- the base-digest file ------------------------------------------------------------------------
+@cache
+def _validator():
+    import jsonschema
+
+    with open(SCHEMA_FILE, encoding="utf-8") as handle:
+        return jsonschema.Draft202012Validator(json.load(handle))
+
+
+def check_pins(doc: Any, origin: str) -> dict[str, BasePin]:
+    """A base-digest document held to its schema, and each ref to its key: the ref names the key's
+    repository and tag (under a mirror, if any) and ends with the recorded digest."""
+    import jsonschema
+
+    error = jsonschema.exceptions.best_match(_validator().iter_errors(doc))
+    if error is not None:
+        field = ".".join(str(p) for p in error.absolute_path) or "the document"
+        raise InputError(
+            f"{origin}: {field}: {error.message[:200]}",
+            hint="write it with provision pin-base (it is untrusted input, checked on every read)",
+        )
+    pins = {}
+    for tag, entry in doc["images"].items():
+        named, _, digest = entry["ref"].partition("@")
+        if digest != entry["digest"] or not (named == tag or named.endswith("/" + tag)):
+            raise InputError(
+                f"{origin}: images.{tag}: ref {entry['ref']!r} is not {tag} at digest {entry['digest']}",
+                hint="write it with provision pin-base (it is untrusted input, checked on every read)",
+            )
+        pins[tag] = BasePin(
+            tag, entry["ref"], entry["digest"], entry["media_type"], tuple(entry["platforms"]), entry["resolved_at"]
+        )
+    return pins
+
+
+def read_pins(path: str) -> dict[str, BasePin]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            doc = json.load(handle)
+    except FileNotFoundError:
+        raise InputError(
+            f"--base-digests {path}: no such file", hint="write it with provision pin-base --plan PLAN --out FILE"
+        ) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(
+            f"--base-digests {path} is not a JSON base-digest file ({exc})", hint="write it with provision pin-base"
+        ) from None
+    return check_pins(doc, path)
+
+
+def write_pins(path: str, pins: list[BasePin], *, merge: bool = True) -> dict[str, BasePin]:
+    """Write (or update) the base-digest file atomically; tags pinned before keep their entries."""
+    current = read_pins(path) if merge and os.path.exists(path) else {}
+    current.update({p.tag: p for p in pins})
+    doc = {"schema": SCHEMA_VERSION, "images": {t: current[t].to_dict() for t in sorted(current)}}
+    check_pins(doc, "base-digest file")  # what we write is what we accept
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, staging = tempfile.mkstemp(prefix=".base-digests-", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(doc, handle, indent=2)
+            handle.write("\n")
+        os.replace(staging, path)
+    except OSError as exc:
+        os.unlink(staging)
+        raise InputError(f"cannot write {path}: {exc.strerror}", hint="choose a writable --out") from None
+    return current
+
+
+def pinned_ref(pins: dict[str, BasePin], tag: str, origin: str) -> str:
+    if tag not in pins:
+        raise InputError(
+            f"{origin} has no digest for {tag}",
+            hint=f"pin it first: provision pin-base --plan PLAN --out {origin}",
+            details=[f"pinned: {t}" for t in sorted(pins)][:10],
+        )
+    return pins[tag].ref
+
+
+# -- end of life ---------------------------------------------------------------------------------
+def end_of_life(matrix, plan: Plan, tag: str, today: dt.date | None = None) -> str | None:
+    """Why the plan's nvidia/cuda images (`tag` names them in the message) are past NVIDIA's end
+    of life on `today`, or None.
+
+    Catalogue data only: the image set's own end of life (images.yaml `eol`: superseded by a newer
+    update, or moved to end of life), the driver branch the toolkit shipped with (cuda.yaml
+    min_driver; drivers.yaml eol), and the CUDA majors published."""
+    from provision.versions import DottedVersion
+
+    today = today or dt.date.today()
+    cuda = DottedVersion(plan.cuda.version)
+    reasons = []
+    image = matrix.image(cuda)
+    if image is not None and image.past_eol(today):
+        newer = f"superseded by {image.superseded_by}" if image.superseded_by else "moved to end of life"
+        when = f", end of life {image.eol_date}" if image.eol_date else ""
+        reasons.append(f"CUDA {cuda} images {newer}{when} (source: {image.eol_source})")
+    branch = matrix.branch(int(plan.cuda.min_driver.split(".")[0]))
+    if branch is not None and branch.past_eol(today):
+        when = f"end of life {branch.eol}" if branch.eol else f"listed as end of life on {branch.eol_listed}"
+        reasons.append(f"CUDA {cuda} shipped with driver {branch.label}, {when}")
+    majors = sorted({i.cuda.release[0] for i in matrix.images}, reverse=True)
+    if majors and cuda.release[0] <= majors[0] - SUPPORTED_MAJORS:
+        reasons.append(f"CUDA {cuda.release[0]} is {SUPPORTED_MAJORS} majors behind CUDA {majors[0]}")
+    if not reasons:
+        return None
+    return (
+        f"{tag}: past NVIDIA's end of life ({'; '.join(reasons)}). NVIDIA deletes end-of-life tags six months "
+        "later: build from a digest (provision pin-base) and keep a mirror, or plan a newer CUDA"
+    )

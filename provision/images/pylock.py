@@ -1,0 +1,443 @@
+"""requirements.lock: an image's Python packages, every one pinned `==` with its sha256 hashes.
+
+uv resolves the plan's framework requirement for the image's Python and platform, with the plan's
+CUDA runtime and cuDNN wheel versions as constraints, so that the lock installs what the plan says
+(TensorFlow's `[and-cuda]` extra alone only sets floors). Whatever the source of a lock, resolved
+here or given with --lock-file, it is checked line by line and against the plan before it is used.
+The image installs it with `pip install --require-hashes --no-deps --only-binary=:all:`.
+"""
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from typing import NamedTuple
+
+from provision.errors import InputError, OperationFailed, ToolingError
+from provision.plan.model import PlanFramework
+
+LOCK_NAME = "requirements.lock"
+PYPI = "https://pypi.org/simple"
+MAX_LOCK_BYTES = 16 * 1024 * 1024
+RESOLVE_TIMEOUT_S = 600
+ARCHES = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
+INSTALL = "pip install --require-hashes --no-deps --only-binary=:all: -r requirements.lock"
+
+# What uv may read from the environment: its cache, network and TLS settings. Index, constraint and
+# configuration variables would change what gets resolved behind the tool's back.
+_UV_ENV = (
+    "UV_CACHE_DIR",
+    "UV_HTTP_TIMEOUT",
+    "UV_HTTP_RETRIES",
+    "UV_NATIVE_TLS",
+    "UV_CONCURRENT_DOWNLOADS",
+    "UV_OFFLINE",
+)
+
+_NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
+_VERSION = r"[0-9][A-Za-z0-9.!+_-]*"
+_HASH = r"--hash=sha256:[0-9a-f]{64}"
+_START = re.compile(rf"^(?P<name>{_NAME})==(?P<version>{_VERSION})(?P<hashes>(?:[ \t]+{_HASH})*)[ \t]*(?P<more>\\)?$")
+_CONTINUATION = re.compile(rf"^[ \t]+(?P<hashes>{_HASH}(?:[ \t]+{_HASH})*)[ \t]*(?P<more>\\)?$")
+_URL = re.compile(r"^https?://[A-Za-z0-9.-]{1,253}(:[0-9]{1,5})?(/[A-Za-z0-9._~%-]+)*/?$")
+
+
+class PackageIndex(NamedTuple):
+    """Where requirements are resolved from: PyPI, or a mirror (--index-url, PROVISION_INDEX_URL).
+    A plan's own index (PyTorch's variant builds) is searched first, as an extra index."""
+
+    url: str = PYPI
+    timeout_s: int = RESOLVE_TIMEOUT_S
+
+    @classmethod
+    def default(cls, url: str | None = None) -> "PackageIndex":
+        url = url or os.environ.get("PROVISION_INDEX_URL") or PYPI
+        check_index_url(url, "--index-url")
+        return cls(url)
+
+
+class LockTarget(NamedTuple):
+    """What to resolve, for which interpreter and platform, constrained to the plan's CUDA wheels."""
+
+    requirement: str  # "tensorflow[and-cuda]==2.15.0"
+    python: str  # "3.10"
+    platform: str  # uv --python-platform: "x86_64-manylinux_2_35"
+    extra_index: str | None  # the plan's index (PyTorch variant builds), searched before the main one
+    constraints: tuple[str, ...]  # "nvidia-cudnn-cu12==8.9.4.25", ...
+
+
+class Lock(NamedTuple):
+    text: str  # the file, byte for byte
+    pins: dict[str, str]  # canonical name -> version
+    note: str | None  # what the resolution had to do, e.g. take a post-release
+
+
+def check_index_url(url: str, what: str) -> str:
+    if "@" in url or not _URL.fullmatch(url):
+        raise InputError(
+            f"{what} {url!r} is not a package index URL",
+            hint="give http(s)://HOST[:PORT]/PATH without credentials, query or spaces "
+            "(credentials go in ~/.netrc, never in a URL that is written into the lock)",
+        )
+    return url
+
+
+def uv_platform(glibc: str, platform: str | None) -> str:
+    """uv's --python-platform for an image: the CPU of --platform (default linux/amd64) and the
+    manylinux level of the image OS's glibc (images/os.yaml)."""
+    arch = ARCHES.get(platform or "linux/amd64")
+    if arch is None:
+        raise InputError(f"--platform {platform!r} is not supported", hint=f"one of: {', '.join(ARCHES)}")
+    return f"{arch}-manylinux_{glibc.replace('.', '_')}"
+
+
+def cuda_major(fw: PlanFramework) -> str:
+    return fw.cuda.split(".")[0]
+
+
+def plan_constraints(fw: PlanFramework) -> tuple[str, ...]:
+    """The plan's CUDA wheels as constraints: cuDNN exactly, and the CUDA runtime (the runtime
+    wheel up to CUDA 12; the cuda-toolkit metapackage that carries it from CUDA 13 on), exactly or
+    within the plan's CUDA release."""
+    if fw.libraries != "wheels":
+        return ()
+    major = cuda_major(fw)
+    out = []
+    if fw.cudnn:
+        out.append(f"nvidia-cudnn-cu{major}=={fw.cudnn}")
+    if fw.cuda_runtime:
+        # a range (">=12.5.82,<13.0": the wheel's own floor) is held to the plan's CUDA release
+        spec = f"{fw.cuda_runtime},=={fw.cuda}.*" if fw.cuda_runtime[0] in "<>=!~" else f"=={fw.cuda_runtime}"
+        out.append(f"{'cuda-toolkit' if int(major) >= 13 else f'nvidia-cuda-runtime-cu{major}'}{spec}")
+    return tuple(out)
+
+
+def check_requirement(fw: PlanFramework) -> str:
+    """The plan's requirement, as one `name[extra]==version`: no options, URLs or markers."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    text = fw.requirement
+    try:
+        req = Requirement(text)
+    except InvalidRequirement:
+        req = None
+    bad = (
+        req is None
+        or req.url
+        or req.marker
+        or canonicalize_name(req.name) != canonicalize_name(fw.package)
+        or len(req.specifier) != 1
+        or next(iter(req.specifier)).operator != "=="
+        or not re.fullmatch(rf"{_NAME}(\[{_NAME}(,{_NAME})*\])?=={_VERSION}", text)
+    )
+    if bad:
+        raise InputError(
+            f"the plan's framework requirement {text!r} is not `{fw.package}[extra]==VERSION`",
+            hint="requirements carry no options, URLs or markers; re-plan with provision plan --framework NAME==VERSION",
+        )
+    return text
+
+
+def lock_target(fw: PlanFramework, *, python: str, platform: str) -> LockTarget:
+    requirement = check_requirement(fw)
+    extra = check_index_url(fw.index_url, "the plan's index_url") if fw.index_url else None
+    return LockTarget(requirement, python, platform, extra, plan_constraints(fw))
+
+
+# -- reading and checking ---------------------------------------------------------------------
+def parse_lock(text: str, origin: str) -> dict[str, str]:
+    """name -> version of a lock; every line a `name==version --hash=sha256:…` (continued with `\\`
+    onto `--hash` lines) or a comment. Options, URLs, extras, markers and editables are refused."""
+    from packaging.utils import canonicalize_name
+    from packaging.version import InvalidVersion, Version
+
+    pins: dict[str, str] = {}
+    hashed: dict[str, bool] = {}
+    current: str | None = None
+    more = False
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the newline that ends the last line
+    for number, line in enumerate(lines, 1):
+        m = None
+        if more:
+            m = _CONTINUATION.match(line)
+        elif line.strip() == "" or line.lstrip().startswith("#"):
+            continue
+        else:
+            m = _START.match(line)
+        if m is None:
+            shown = line if len(line) <= 80 else line[:77] + "..."
+            raise InputError(
+                f"{origin}: line {number} is not a `name==version --hash=sha256:…` line: {shown!r}",
+                hint="a lock holds only hash-pinned requirements and comments: no options, URLs, -e or "
+                "--index-url (generate one with provision render)",
+            )
+        if not more:
+            try:
+                Version(m["version"])
+            except InvalidVersion:
+                raise InputError(
+                    f"{origin}: line {number}: {m['version']!r} is not a version", hint="pin name==VERSION"
+                ) from None
+            current = canonicalize_name(m["name"])
+            if current in pins:
+                raise InputError(f"{origin}: line {number}: {m['name']} is pinned twice", hint="keep one pin")
+            pins[current] = m["version"]
+            hashed[current] = False
+        hashed[current] = hashed[current] or bool(m["hashes"])
+        more = bool(m["more"])
+    if more:
+        raise InputError(f"{origin}: the last line ends with a continuation `\\`", hint="end it with a hash")
+    if unhashed := [n for n, h in hashed.items() if not h]:
+        raise InputError(
+            f"{origin}: {', '.join(unhashed)} carries no --hash=sha256:", hint="every pin needs its hashes"
+        )
+    if not pins:
+        raise InputError(f"{origin}: no requirements", hint="generate a lock with provision render")
+    return pins
+
+
+def _same_release(locked: str, planned: str) -> bool:
+    """`locked` is the planned version, or a post-release or local build of it (2.15.0.post1, 2.5.1+cu121)."""
+    from packaging.version import Version
+
+    a, b = Version(locked), Version(planned)
+    pad = max(len(a.release), len(b.release))
+    return (
+        a.epoch == b.epoch
+        and a.release + (0,) * (pad - len(a.release)) == b.release + (0,) * (pad - len(b.release))
+        and a.pre == b.pre
+        and a.dev == b.dev
+        and (b.post is None or a.post == b.post)
+    )
+
+
+def check_against_plan(pins: dict[str, str], fw: PlanFramework, origin: str) -> None:
+    """Refuse a lock that contradicts the plan: another framework version, another cuDNN, a CUDA
+    runtime outside the plan's, or CUDA wheels for a build that uses the image's CUDA."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.utils import canonicalize_name
+    from packaging.version import Version
+
+    hint = "re-render without --lock-file to resolve a lock for this plan" if "lock-file" in origin else None
+
+    def refuse(problem: str) -> None:
+        raise InputError(f"{origin} contradicts the plan: {problem}", hint=hint or "check the plan's framework build")
+
+    package = canonicalize_name(fw.package)
+    if package not in pins:
+        refuse(f"it does not install {fw.package}")
+    if not _same_release(pins[package], fw.version):
+        refuse(f"it installs {fw.package}=={pins[package]}, the plan {fw.package}=={fw.version}")
+    cudnn = {n: v for n, v in pins.items() if re.fullmatch(r"nvidia-cudnn(-cu\d+)?", n)}
+    runtime = {n: v for n, v in pins.items() if re.fullmatch(r"nvidia-cuda-runtime(-cu\d+)?|cuda-toolkit", n)}
+    if fw.libraries != "wheels":
+        if cudnn or runtime:
+            found = ", ".join(f"{n}=={v}" for n, v in {**cudnn, **runtime}.items())
+            refuse(f"the plan's build uses the image's CUDA and cuDNN, the lock brings {found}")
+        return
+    if fw.cudnn:
+        if not cudnn:
+            refuse(f"the plan's cuDNN {fw.cudnn} comes from wheels, the lock has no nvidia-cudnn wheel")
+        for name, version in cudnn.items():
+            if Version(version) != Version(fw.cudnn):
+                refuse(f"it installs {name}=={version}, the plan cuDNN {fw.cudnn}")
+    for name, version in runtime.items():
+        if ".".join(str(p) for p in Version(version).release[:2]) != fw.cuda:
+            refuse(f"it installs {name}=={version}, outside the plan's CUDA {fw.cuda}")
+    if fw.cuda_runtime:
+        spec = SpecifierSet(fw.cuda_runtime if fw.cuda_runtime[0] in "<>=!~" else f"=={fw.cuda_runtime}")
+        carrier = "cuda-toolkit" if "cuda-toolkit" in runtime else next(iter(sorted(runtime)), None)
+        if carrier is None:
+            refuse(f"the plan's CUDA runtime {fw.cuda_runtime} comes from wheels, the lock has none")
+        elif not spec.contains(runtime[carrier], prereleases=True):
+            refuse(f"it installs {carrier}=={runtime[carrier]}, the plan CUDA runtime {fw.cuda_runtime}")
+
+
+def read_lock_file(path: str, fw: PlanFramework) -> Lock:
+    """A committed lock, reused byte for byte once it passes both checks."""
+    origin = f"--lock-file {path}"
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_LOCK_BYTES + 1)
+    except OSError as exc:
+        raise InputError(f"cannot read {origin}: {exc.strerror}", hint="give the path of a requirements.lock") from None
+    if len(data) > MAX_LOCK_BYTES:
+        raise InputError(f"{origin} is larger than {MAX_LOCK_BYTES} bytes", hint="give a requirements.lock")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{origin} is not UTF-8 text", hint="give a requirements.lock") from None
+    if "\r" in text or "\0" in text:
+        raise InputError(f"{origin} holds carriage returns or NUL bytes", hint="use Unix line endings")
+    pins = parse_lock(text, origin)
+    check_against_plan(pins, fw, origin)
+    return Lock(text, pins, None)
+
+
+# -- resolving --------------------------------------------------------------------------------
+def _uv() -> str:
+    try:
+        from uv import find_uv_bin
+    except ImportError:
+        raise ToolingError(
+            "uv is not installed", hint="pip install gpu-provision (uv is one of its dependencies)"
+        ) from None
+    try:
+        return find_uv_bin()
+    except FileNotFoundError:
+        raise ToolingError("the uv binary is missing", hint="reinstall uv: pip install --force-reinstall uv") from None
+
+
+def uv_version() -> str:
+    proc = subprocess.run([_uv(), "--version"], capture_output=True, text=True, timeout=30, check=False)
+    return proc.stdout.strip() or "uv"
+
+
+class _Unresolvable(Exception):
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def compile_lock(target: LockTarget, requirement: str, index: PackageIndex) -> str:
+    """uv pip compile, in a scratch directory (so its annotations name no temporary paths)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("UV_") or k in _UV_ENV}
+    env["NO_COLOR"] = "1"
+    with tempfile.TemporaryDirectory(prefix="provision-lock-") as tmp:
+        with open(os.path.join(tmp, "requirements.in"), "w", encoding="utf-8") as handle:
+            handle.write(requirement + "\n")
+        with open(os.path.join(tmp, "constraints.txt"), "w", encoding="utf-8") as handle:
+            handle.write("".join(c + "\n" for c in target.constraints))
+        argv = [
+            _uv(), "pip", "compile", "requirements.in", "--constraints", "constraints.txt",
+            "--generate-hashes", "--no-build", "--no-config", "--no-header", "--quiet", "--color", "never",
+            "--no-python-downloads", "--python", sys.executable,
+            "--python-version", target.python, "--python-platform", target.platform,
+            "--index-url", index.url,
+        ]  # fmt: skip
+        if target.extra_index:
+            argv += ["--extra-index-url", target.extra_index]
+        try:
+            proc = subprocess.run(
+                argv, cwd=tmp, env=env, capture_output=True, text=True, timeout=index.timeout_s, check=False
+            )
+        except subprocess.TimeoutExpired:
+            raise ToolingError(
+                f"resolving {requirement} took longer than {index.timeout_s} s",
+                hint=f"is {index.url} reachable? set --index-url to a mirror",
+            ) from None
+    if proc.returncode == 0:
+        return proc.stdout
+    err = proc.stderr.strip()
+    if "No solution found" in err:
+        raise _Unresolvable(_reason(err))
+    if re.search(r"(?i)failed to fetch|error sending request|dns error|connect|timed out|certificate", err):
+        raise ToolingError(
+            f"the package index did not answer while resolving {requirement}: {_last(err)}",
+            hint=f"check the network and {' and '.join(filter(None, (target.extra_index, index.url)))}, "
+            "or pass --index-url MIRROR, or --lock-file a committed lock",
+        )
+    raise OperationFailed(
+        f"uv could not resolve {requirement}: {_last(err)}",
+        hint="retry; if it persists, resolve by hand (uv pip compile --generate-hashes) and pass --lock-file",
+    )
+
+
+def _reason(err: str) -> str:
+    """uv's explanation on one line: "Because there is no version of tensorrt-libs==8.6.1 and …"."""
+    lines = [ln.strip() for ln in err.splitlines() if ln.strip()]
+    body = [ln.removeprefix("cause:").removeprefix("╰─▶").strip() for ln in lines if "No solution found" not in ln]
+    return " ".join(body) or _last(err)
+
+
+def _last(err: str) -> str:
+    """uv's error on one line: the error and its last cause."""
+    lines = [ln.strip().removeprefix("error:").strip() for ln in err.splitlines() if ln.strip()]
+    if not lines:
+        return "no output"
+    return lines[0] if len(lines) == 1 else f"{lines[0]} ({lines[-1]})"
+
+
+def _post_releases(requirement: str) -> str | None:
+    """`name[extra]==V` -> a requirement for V's post-releases only (V.post0 <= x < V.1)."""
+    from packaging.version import Version
+
+    name, _, version = requirement.partition("==")
+    v = Version(version)
+    if v.pre or v.dev or v.post is not None or v.local:
+        return None
+    upper = ".".join(map(str, (*v.release, 1)))
+    return f"{name}>={version}.post0,<{upper}"
+
+
+def resolve_lock(target: LockTarget, index: PackageIndex, fw: PlanFramework) -> Lock:
+    """Resolve and check. A pin that cannot be installed is retried once as its post-releases
+    (tensorflow[and-cuda]==2.15.0 -> 2.15.0.post1, which dropped the unpublished tensorrt pin) and taken
+    only when that lock also passes the plan check; otherwise refused with uv's reason."""
+    note = None
+    try:
+        body = compile_lock(target, target.requirement, index)
+    except _Unresolvable as first:
+        post = _post_releases(target.requirement)
+        try:
+            if post is None:
+                raise _Unresolvable(first.reason) from None
+            body = compile_lock(target, post, index)
+        except _Unresolvable:
+            raise InputError(
+                f"{target.requirement} cannot be installed on Python {target.python} ({target.platform}): "
+                f"{first.reason}",
+                hint="plan another release of the framework (provision plan ... --framework NAME==VERSION)"
+                + ("; none of its post-releases resolves either" if post else ""),
+            ) from None
+        chosen = parse_lock(body, "the resolved lock").get(_canonical(fw.package))
+        note = (
+            f"{target.requirement} cannot be installed ({first.reason}); locked its post-release "
+            f"{fw.package}=={chosen}, whose CUDA and cuDNN wheels are the plan's"
+        )
+    header = _header(target, index, note)
+    text = header + body
+    pins = parse_lock(text, "the resolved lock")
+    check_against_plan(pins, fw, "the resolved lock")
+    return Lock(text, pins, note)
+
+
+def _canonical(name: str) -> str:
+    from packaging.utils import canonicalize_name
+
+    return canonicalize_name(name)
+
+
+def _header(target: LockTarget, index: PackageIndex, note: str | None) -> str:
+    lines = [
+        f"# {LOCK_NAME} for {target.requirement}: every package pinned with its hashes.",
+        f"# Resolved by {uv_version()} for Python {target.python} on {target.platform}.",
+        f"# index: {index.url}",
+    ]
+    if target.extra_index:
+        lines.append(f"# extra index (searched first): {target.extra_index}")
+    if target.constraints:
+        lines.append(f"# constraints (the plan's CUDA wheels): {' '.join(target.constraints)}")
+    if note:
+        lines.append(f"# note: {note}")
+    lines.append(f"# install: {INSTALL}")
+    return "\n".join(lines) + "\n"
+
+
+def image_lock(
+    fw: PlanFramework,
+    *,
+    python: str,
+    platform: str,
+    lock_file: str | None = None,
+    index: PackageIndex | None = None,
+) -> Lock:
+    """The lock for a framework image: the committed one (checked), or a fresh resolution."""
+    check_requirement(fw)
+    if lock_file is not None:
+        return read_lock_file(lock_file, fw)
+    return resolve_lock(lock_target(fw, python=python, platform=platform), index or PackageIndex.default(), fw)

@@ -1,0 +1,37 @@
+"""Every render in tests/images resolves its requirements.lock against a local index of test wheels
+(tests/images/wheelhouse.py) on 127.0.0.1, with a uv cache of its own: offline and deterministic.
+Only tests marked `network` reach pypi.org."""
+
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+from wheelhouse import catalogue_wheels, serve, write_simple_index
+
+
+class WheelIndex(NamedTuple):
+    url: str  # http://127.0.0.1:PORT; the index is <url>/simple
+    root: Path  # what is served; the wheels are in root/files
+
+
+@pytest.fixture(scope="session")
+def wheel_index(tmp_path_factory):
+    root = tmp_path_factory.mktemp("wheel-index")
+    (root / "files").mkdir()
+    write_simple_index(root, catalogue_wheels(root / "files"))
+    with serve(root) as url:
+        yield WheelIndex(url, root)
+
+
+@pytest.fixture(scope="session")
+def uv_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("uv-cache")
+
+
+@pytest.fixture(autouse=True)
+def _local_index(request, monkeypatch, uv_cache):
+    monkeypatch.setenv("UV_CACHE_DIR", str(uv_cache))
+    if request.node.get_closest_marker("network") is None:
+        monkeypatch.setenv("PROVISION_INDEX_URL", request.getfixturevalue("wheel_index").url + "/simple")
+    else:
+        monkeypatch.delenv("PROVISION_INDEX_URL", raising=False)
