@@ -14,6 +14,7 @@ import glob
 import json
 import os
 import re
+import tempfile
 from typing import Any, NamedTuple
 
 from provision.errors import CompatDataError, InputError
@@ -26,6 +27,9 @@ OWNER_PLACEHOLDER = "${{ github.repository_owner }}"
 CONTEXT_DIR = "build-context"
 PLAN_FILE = "plan.lock.json"  # written beside the Dockerfile for people; not part of the image's content
 PLATFORM = "linux/amd64"
+LOCKS_DIR = "image-locks"  # committed requirements.lock files, one per readable tag
+# every job renders with its committed lock (the variable is empty for images without one)
+RENDER = 'provision render --plan "$PLAN" --variant "$VARIANT" ${LOCK:+--lock-file "$LOCK"} ${BASE:+--base-image "$BASE"} --out'
 # what a path in a pipeline may look like: relative, inside the repository, no shell or YAML syntax
 SAFE_PATH = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./-]{0,250}$")
 
@@ -40,6 +44,8 @@ class Job(NamedTuple):
     variant: str
     content: str  # sha256 over the build context
     tags: tuple[str, ...]  # repository-relative: the content tag, then the readable tag unless it collides
+    lock: str | None = None  # the committed requirements.lock the job renders with (repository-relative)
+    base: str | None = None  # FROM this (nvidia/cuda:<tag>@sha256:…) instead of the plan's tag
 
 
 def load_actions(directory: str | None = None) -> dict[str, Any]:
@@ -101,28 +107,62 @@ def relative_plan(path: str, root: str) -> str:
     return relative
 
 
-def plan_jobs(files: list[str], root: str, variant: str | None) -> list[Job]:
+def plan_jobs(
+    files: list[str],
+    root: str,
+    variant: str | None,
+    *,
+    locks: str | None = None,
+    relock: bool = False,
+    base_digests: str | None = None,
+) -> tuple[list[Job], dict[str, str]]:
     """Render every plan; plans with one build context share one job. Readable tags that two
-    different contents would claim are dropped (each keeps its content tag): no two jobs push a tag."""
-    from provision.images.render import content_digest, render_image
+    different contents would claim are dropped (each keeps its content tag): no two jobs push a tag.
+
+    A framework image's requirements.lock is a committed input: `locks` (repository-relative) holds
+    one per readable tag; an existing one is reused byte for byte (checked against the plan), a
+    missing one (or every one, with `relock`) is resolved. With `base_digests` (provision pin-base's
+    file) every job builds FROM its base by digest. Returns the jobs and the lock files to write
+    (repository-relative path -> text)."""
+    from provision.images import pin
+    from provision.images.render import content_digest, image_tags, render_image
+
+    pins = pin.read_pins(base_digests) if base_digests else None
 
     groups: dict[str, dict[str, Any]] = {}
-    for path in files:
-        plan: Plan = read_plan(path)  # refuses anything that is not a plan
-        relative = relative_plan(path, root)
-        chosen = variant or (plan.framework.name if plan.framework else "base")
-        rendered = render_image(plan, chosen)
-        content = content_digest(rendered.files)
-        group = groups.setdefault(
-            content,
-            {
-                "variant": chosen,
-                "readable": rendered.tags[0],
-                "content_tag": f"content-{content.removeprefix('sha256:')[:12]}-{chosen}",
-                "plans": {},
-            },
-        )
-        group["plans"].setdefault(relative, plan.digest())
+    new_locks: dict[str, str] = {}
+    if locks is not None and (not SAFE_PATH.fullmatch(locks) or ".." in locks.split("/")):
+        raise InputError(f"--locks {locks!r} is not a repository-relative directory", hint="e.g. image-locks")
+    staging = tempfile.TemporaryDirectory(prefix="provision-ci-locks-")
+    with staging:
+        for path in files:
+            plan: Plan = read_plan(path)  # refuses anything that is not a plan
+            relative = relative_plan(path, root)
+            chosen = variant or (plan.framework.name if plan.framework else "base")
+            lock = f"{locks}/{image_tags(plan, chosen, {})[0]}.requirements.lock" if locks else None
+            source = None
+            if lock is not None and lock in new_locks:  # resolved for an earlier plan of this run
+                source = os.path.join(staging.name, str(len(new_locks)))
+                with open(source, "w", encoding="utf-8") as handle:
+                    handle.write(new_locks[lock])
+            elif lock is not None and not relock and os.path.isfile(os.path.join(root, lock)):
+                source = os.path.join(root, lock)  # committed: reused byte for byte
+            base = pin.pinned_ref(pins, pin.base_tag(plan, chosen), base_digests) if pins is not None else None
+            rendered = render_image(plan, chosen, lock_file=source, base_image=base)
+            if "requirements.lock" not in rendered.files:
+                lock = None
+            elif lock is not None and source is None:
+                new_locks[lock] = rendered.files["requirements.lock"]
+            _group(
+                groups,
+                rendered,
+                variant=chosen,
+                base=base,
+                lock=lock,
+                plan_path=relative,
+                plan_digest=plan.digest(),
+                content=content_digest(rendered.files),
+            )
     claims: dict[str, int] = {}
     for group in groups.values():
         claims[group["readable"]] = claims.get(group["readable"], 0) + 1
@@ -140,9 +180,26 @@ def plan_jobs(files: list[str], root: str, variant: str | None) -> list[Job]:
                 variant=group["variant"],
                 content=content,
                 tags=tags,
+                lock=group["lock"],
+                base=group["base"],
             )
         )
-    return jobs
+    return jobs, new_locks
+
+
+def _group(groups, rendered, *, variant, base, lock, plan_path: str, plan_digest: str, content: str):
+    group = groups.setdefault(
+        content,
+        {
+            "variant": variant,
+            "base": base,
+            "readable": rendered.tags[0],
+            "content_tag": f"content-{content.removeprefix('sha256:')[:12]}-{variant}",
+            "lock": lock,
+            "plans": {},
+        },
+    )
+    group["plans"].setdefault(plan_path, plan_digest)
 
 
 def context_digest(directory: str) -> str:
@@ -161,6 +218,84 @@ def context_digest(directory: str) -> str:
         with open(path, encoding="utf-8") as handle:
             files[name] = handle.read()
     return content_digest(files)
+
+
+def record_image_lock(
+    out: str,
+    *,
+    context: str,
+    plans: str,
+    variant: str,
+    repo: str,
+    tags: str,
+    pushed: str,
+    image_id: str | None = None,
+    digest: str | None = None,
+    metadata: str | None = None,
+) -> dict[str, Any]:
+    """image.lock.json for an image a pipeline built with BuildKit: the plans it serves (read and
+    checked from the checkout), the base and requirements of the context, the image id and, when
+    pushed, the repository digest. From build-push-action's outputs or buildx's --metadata-file."""
+    from provision.images.build import BuildResult, requirements_digest, split_ref, write_image_lock
+
+    if metadata is not None:
+        meta = _read_metadata(metadata)
+        image_id = image_id or meta.get("containerimage.config.digest")
+        digest = digest or meta.get("containerimage.digest")
+    for name, value in (("--image-id", image_id), ("--digest", digest)):
+        if not isinstance(value, str) or not re.fullmatch(r"sha256:[0-9a-f]{64}", value):
+            raise InputError(f"{name} {value!r} is not a sha256 digest", hint="pass the build step's outputs")
+    if pushed not in ("true", "false"):
+        raise InputError(f"--pushed {pushed!r} is not true or false", hint="the pipeline's publish condition")
+    _check_repo(repo, OWNER_PLACEHOLDER)
+    tag_list = tags.split()
+    if not tag_list or not all(re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", t) for t in tag_list):
+        raise InputError(f"--tags {tags!r} are not image tags", hint="the job's tags, separated by spaces")
+    entries = []
+    for path in plans.split():
+        if not SAFE_PATH.fullmatch(path) or ".." in path.split("/"):
+            raise InputError(f"plan path {path!r} cannot be used", hint="repository-relative plan paths only")
+        entries.append({"path": path, "digest": read_plan(path).digest()})
+    if not entries:
+        raise InputError("--plans names no plan", hint="the job's plans, separated by spaces")
+    base = _from_line(context)
+    return write_image_lock(
+        out,
+        plan_digest=entries[0]["digest"],
+        variant=variant,
+        result=BuildResult(image_id, tuple(f"{repo}:{t}" for t in tag_list), (), ()),
+        repo_digests=(f"{repo}@{digest}",) if pushed == "true" else (),
+        from_ref=base,
+        base_digest=split_ref(base)[2],
+        requirements=requirements_digest(context),
+        plans=entries,
+        content_digest=context_digest(context),
+    )
+
+
+def _read_metadata(path: str) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            meta = json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise InputError(
+            f"cannot read buildx metadata {path!r}: {exc}", hint="docker buildx build --metadata-file"
+        ) from None
+    if not isinstance(meta, dict):
+        raise InputError(f"{path!r} is not buildx metadata", hint="docker buildx build --metadata-file")
+    return meta
+
+
+def _from_line(context: str) -> str:
+    """The base the context's Dockerfile starts FROM (its one FROM line)."""
+    try:
+        with open(os.path.join(context, "Dockerfile"), encoding="utf-8") as handle:
+            froms = [line.split()[1] for line in handle if line.startswith("FROM ") and len(line.split()) >= 2]
+    except OSError as exc:
+        raise InputError(f"cannot read {context}/Dockerfile: {exc.strerror}", hint="provision render first") from None
+    if len(froms) != 1:
+        raise InputError(f"{context}/Dockerfile has {len(froms)} FROM lines", hint="render it with provision render")
+    return froms[0]
 
 
 # -- GitHub Actions ------------------------------------------------------------------------------
@@ -195,11 +330,17 @@ def github_workflow(
     push: bool,
     out: str,
     default_branch: str = "main",
-) -> str:
+    locks: str | None = LOCKS_DIR,
+    relock: bool = False,
+    base_digests: str | None = None,
+) -> tuple[str, dict[str, str]]:
+    """The workflow's text, and the lock files to write beside it (repository-relative -> text)."""
     _check_repo(repo, OWNER_PLACEHOLDER)
     _check_branch(default_branch)
     root = repository_root(out, (".github", "workflows"))
-    jobs = plan_jobs(plan_files(plans, plans_dir), root, variant)
+    jobs, new_locks = plan_jobs(
+        plan_files(plans, plans_dir), root, variant, locks=locks, relock=relock, base_digests=base_digests
+    )
     pins = load_actions()
     actions = pins["actions"]
 
@@ -228,10 +369,11 @@ def github_workflow(
             "env": {
                 "PLAN": "${{ matrix.plan }}",
                 "VARIANT": "${{ matrix.variant }}",
+                "LOCK": "${{ matrix.lock }}",
+                "BASE": "${{ matrix.base }}",
                 "CONTENT": "${{ matrix.content }}",
             },
-            "run": f'provision render --plan "$PLAN" --variant "$VARIANT" --out {CONTEXT_DIR}\n'
-            f'provision ci context-digest {CONTEXT_DIR} --expect "$CONTENT"',
+            "run": f'{RENDER} {CONTEXT_DIR}\nprovision ci context-digest {CONTEXT_DIR} --expect "$CONTENT"',
         },
         {
             "name": "Tags",
@@ -301,12 +443,14 @@ def github_workflow(
             "plan": job.plan,
             "plans": " ".join(job.plans),
             "variant": job.variant,
+            "lock": job.lock or "",
+            "base": job.base or "",
             "content": job.content,
             "tags": " ".join(job.tags),
         }
         for job in jobs
     ]
-    paths = [*sorted({p for job in jobs for p in job.plans}), TOOL_LOCK]
+    paths = [*sorted({p for job in jobs for p in job.plans} | {job.lock for job in jobs if job.lock}), TOOL_LOCK]
     doc = {
         "name": "provision images",
         "on": {
@@ -336,7 +480,7 @@ def github_workflow(
             f"uses: {action['uses']}@{action['sha']}\n",
             f"uses: {action['uses']}@{action['sha']}  # {action['version']}\n",
         )
-    return _header("provision ci github", jobs, ".github/workflows") + text
+    return _header("provision ci github", jobs, ".github/workflows") + text, new_locks
 
 
 def _header(command: str, jobs: list[Job], where: str) -> str:
@@ -345,6 +489,8 @@ def _header(command: str, jobs: list[Job], where: str) -> str:
         f"# Generated by `{command}` (gpu-provision): {len(jobs)} image(s) from {plans} plan(s).",
         "# Regenerate instead of editing. Pins come from compat/ci_actions.yaml.",
     ]
+    if any(job.base is None for job in jobs):
+        lines.append("# Bases are FROM their tags: pin them (provision pin-base) and regenerate with --base-digests.")
     dropped = sorted({job.name.rsplit("-", 1)[0] for job in jobs if len(job.tags) == 1})
     if dropped:
         lines.append(
@@ -384,7 +530,10 @@ def gitlab_pipeline(
     out: str,
     default_branch: str | None = None,
     images: dict[str, str] | None = None,
-) -> str:
+    locks: str | None = LOCKS_DIR,
+    relock: bool = False,
+    base_digests: str | None = None,
+) -> tuple[str, dict[str, str]]:
     """A .gitlab-ci.yml with three jobs per image: render (Python image) -> build (docker:dind with
     BuildKit) -> lock (Python image), chained by `needs`.
 
@@ -400,7 +549,9 @@ def gitlab_pipeline(
     if default_branch is not None:
         _check_branch(default_branch)
     root = os.path.dirname(os.path.abspath(out))
-    jobs = plan_jobs(plan_files(plans, plans_dir), root, variant)
+    jobs, new_locks = plan_jobs(
+        plan_files(plans, plans_dir), root, variant, locks=locks, relock=relock, base_digests=base_digests
+    )
     pinned = {name: f"{e['image']}:{e['tag']}@{e['digest']}" for name, e in load_actions()["images"].items()}
     for name, ref in (images or {}).items():
         if name not in pinned:
@@ -435,7 +586,7 @@ def gitlab_pipeline(
             "timeout": "30m",
             "script": [
                 *python_setup,
-                f'provision render --plan "$PLAN" --variant "$VARIANT" --out "{CONTEXT_DIR}/$NAME"',
+                f'{RENDER} "{CONTEXT_DIR}/$NAME"',
                 f'provision ci context-digest "{CONTEXT_DIR}/$NAME" --expect "$CONTENT"',
             ],
             "artifacts": {"paths": [f"{CONTEXT_DIR}/"], "expire_in": "1 day"},
@@ -487,6 +638,8 @@ def gitlab_pipeline(
             "PLAN": job.plan,
             "PLANS": " ".join(job.plans),
             "VARIANT": job.variant,
+            "LOCK": job.lock or "",
+            "BASE": job.base or "",
             "CONTENT": job.content,
             "TAGS": " ".join(job.tags),
         }
@@ -502,4 +655,4 @@ def gitlab_pipeline(
             lock["rules"] = publish_rules
         doc[f"build:{job.name}"] = build
         doc[f"lock:{job.name}"] = lock
-    return _header("provision ci gitlab", jobs, ".") + _dump_yaml(doc)
+    return _header("provision ci gitlab", jobs, ".") + _dump_yaml(doc), new_locks

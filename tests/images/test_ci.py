@@ -139,7 +139,7 @@ def test_readable_tags_two_contents_would_share_are_left_off(monkeypatch, repo):
 
     monkeypatch.setattr(render, "render_image", render_by_gpu)
     plans = [str(repo / "plans" / f"{n}.lock.json") for n in ("h100", "a100")]
-    jobs = ci.plan_jobs(plans, str(repo), "base")
+    jobs, _ = ci.plan_jobs(plans, str(repo), "base")
     assert len(jobs) == 2
     assert [len(j.tags) for j in jobs] == [1, 1]
     assert all(j.tags[0].startswith("content-") for j in jobs)
@@ -249,3 +249,147 @@ def test_gitlab_bad_options_are_refused(cli, repo, monkeypatch, args, text):
     assert r.code == 2, r
     assert text in r.err
     assert not (repo / ".gitlab-ci.yml").exists()
+
+
+# -- the step after the build --------------------------------------------------------------------
+def test_image_lock_records_every_plan_of_the_image(cli, repo, monkeypatch):
+    """What a job writes after BuildKit built its image: validated by the published schema."""
+    import hashlib
+    import json
+
+    monkeypatch.chdir(repo)
+    assert cli("render", "--plan", "plans/h100.lock.json", "--variant", "base", "--out", "ctx").code == 0
+    image_id = "sha256:" + hashlib.sha256(b"config").hexdigest()
+    digest = "sha256:" + hashlib.sha256(b"manifest").hexdigest()
+    args = ["--context", "ctx", "--plans", "plans/h100.lock.json plans/a100.lock.json", "--variant", "base"]
+    args += ["--repo", "ghcr.io/acme/gpu", "--tags", "content-0123456789ab-base base-cuda12.4.1-ubuntu22.04"]
+    r = cli(
+        "ci", "image-lock", *args, "--image-id", image_id, "--digest", digest, "--pushed", "true", "--out", "a.json"
+    )
+    assert r.code == 0, r
+    doc = json.loads((repo / "a.json").read_text())
+    assert [p["path"] for p in doc["plans"]] == ["plans/h100.lock.json", "plans/a100.lock.json"]
+    assert doc["plan_digest"] == doc["plans"][0]["digest"]
+    assert doc["image_id"] == image_id
+    assert doc["repo_digests"] == [f"ghcr.io/acme/gpu@{digest}"]
+    assert doc["tags"] == ["ghcr.io/acme/gpu:content-0123456789ab-base", "ghcr.io/acme/gpu:base-cuda12.4.1-ubuntu22.04"]
+    assert doc["base_image"] == "nvidia/cuda:12.4.1-base-ubuntu22.04"
+    assert doc["content_digest"] == cli("ci", "context-digest", "ctx").out.strip()
+    schema = Path(__file__).resolve().parents[2] / "provision" / "images" / "schema" / "image-lock.schema.json"
+    lint(str(BIN / "check-jsonschema"), "--schemafile", str(schema), str(repo / "a.json"))
+    # GitLab: from buildx's --metadata-file, not pushed
+    (repo / "meta.json").write_text(
+        json.dumps({"containerimage.config.digest": image_id, "containerimage.digest": digest})
+    )
+    r = cli("ci", "image-lock", *args, "--metadata", "meta.json", "--pushed", "false", "--out", "b.json")
+    assert r.code == 0, r
+    assert json.loads((repo / "b.json").read_text())["repo_digests"] == []
+
+
+@pytest.mark.parametrize(
+    ("change", "text"),
+    [
+        ({"--image-id": "latest"}, "is not a sha256 digest"),
+        ({"--plans": "../outside.lock.json"}, "cannot be used"),
+        ({"--tags": "a;b"}, "are not image tags"),
+        ({"--repo": "ghcr.io/Acme/gpu"}, "is not an image repository"),
+    ],
+)
+def test_image_lock_refuses_bad_input(cli, repo, monkeypatch, change, text):
+    monkeypatch.chdir(repo)
+    assert cli("render", "--plan", "plans/l4.lock.json", "--out", "ctx").code == 0
+    options = {
+        "--context": "ctx",
+        "--plans": "plans/l4.lock.json",
+        "--variant": "base",
+        "--repo": "ghcr.io/acme/gpu",
+        "--tags": "content-0123456789ab-base",
+        "--image-id": "sha256:" + "1" * 64,
+        "--digest": "sha256:" + "2" * 64,
+        "--pushed": "true",
+        "--out": "lock.json",
+    }
+    options.update(change)
+    r = cli("ci", "image-lock", *[x for kv in options.items() for x in kv])
+    assert r.code == 2, r
+    assert text in r.err
+    assert not (repo / "lock.json").exists()
+
+
+# -- framework images: committed locks -----------------------------------------------------------
+def test_framework_images_render_with_committed_locks(cli, repo, monkeypatch):
+    """The job renders with the lock committed beside the workflow, so CI builds exactly the content
+    the workflow was generated for; regenerating reuses the lock byte for byte."""
+    monkeypatch.chdir(repo)
+    for name, gpu in (("torch-h100", "h100-sxm"), ("torch-a100", "a100-pcie")):
+        args = ["--os", "ubuntu22.04", "--gpu", gpu, "--framework", "torch==2.5.1"]
+        assert cli("plan", *args, "--lock", f"plans/{name}.lock.json", "--format", "json").code == 0
+    out = ".github/workflows/images.yml"
+    r = cli(
+        "ci", "github", "--plan", "plans/torch-h100.lock.json", "--plan", "plans/torch-a100.lock.json", "--out", out
+    )
+    assert r.code == 0, r
+    lock = "image-locks/pytorch2.5.1-cuda12.4.1-ubuntu22.04.requirements.lock"
+    assert f"wrote {lock}" in r.out
+    written = (repo / lock).read_bytes()
+    doc = yaml.safe_load((repo / out).read_text())
+    (job,) = matrix(doc)
+    assert job["lock"] == lock
+    assert lock in doc.get("on", doc.get(True))["push"]["paths"]
+    render = next(s for s in doc["jobs"]["build"]["steps"] if s["name"].startswith("Render the build context"))
+    assert '${LOCK:+--lock-file "$LOCK"}' in render["run"]
+    # what the job does in CI, by hand: render with the committed lock, check the content
+    assert (
+        cli("render", "--plan", job["plan"], "--variant", job["variant"], "--lock-file", lock, "--out", "ctx").code == 0
+    )
+    assert cli("ci", "context-digest", "ctx", "--expect", job["content"]).code == 0
+    # regenerating reuses the committed lock: same bytes, same job
+    r = cli(
+        "ci", "github", "--plan", "plans/torch-h100.lock.json", "--plan", "plans/torch-a100.lock.json", "--out", out
+    )
+    assert r.code == 0, r
+    assert "wrote image-locks" not in r.out
+    assert (repo / lock).read_bytes() == written
+    assert matrix(yaml.safe_load((repo / out).read_text())) == [job]
+    lint(str(BIN / "actionlint"), str(repo / out))
+
+
+def test_a_tampered_committed_lock_is_refused(cli, repo, monkeypatch):
+    monkeypatch.chdir(repo)
+    args = ["--os", "ubuntu22.04", "--gpu", "h100-sxm", "--framework", "torch==2.5.1"]
+    assert cli("plan", *args, "--lock", "plans/torch.lock.json", "--format", "json").code == 0
+    out = ".github/workflows/images.yml"
+    assert cli("ci", "github", "--plan", "plans/torch.lock.json", "--out", out).code == 0
+    lock = repo / "image-locks" / "pytorch2.5.1-cuda12.4.1-ubuntu22.04.requirements.lock"
+    lock.write_text(lock.read_text() + "--index-url http://example.invalid/simple\n")
+    (repo / out).unlink()
+    r = cli("ci", "github", "--plan", "plans/torch.lock.json", "--out", out)
+    assert r.code == 2, r
+    assert not (repo / out).exists()
+
+
+def test_base_digests_make_every_job_build_from_a_digest(cli, repo, monkeypatch):
+    """With pin-base's file, each job renders FROM nvidia/cuda:<tag>@sha256:…; a tag missing from
+    the file is refused before anything is written."""
+    from provision.images.pin import BasePin, write_pins
+
+    monkeypatch.chdir(repo)
+    tag = "nvidia/cuda:12.4.1-base-ubuntu22.04"
+    digest = "sha256:" + "ab" * 32
+    write_pins("bases.json", [BasePin(tag, f"{tag}@{digest}", digest, "", ("linux/amd64",), "2026-11-30T00:00:00Z")])
+    out = ".github/workflows/images.yml"
+    plans = ["--plan", "plans/h100.lock.json", "--plan", "plans/a100.lock.json", "--variant", "base"]
+    r = cli("ci", "github", *plans, "--base-digests", "bases.json", "--out", out)
+    assert r.code == 0, r
+    (job,) = matrix(yaml.safe_load((repo / out).read_text()))
+    assert job["base"] == f"{tag}@{digest}"
+    assert "Bases are FROM their tags" not in (repo / out).read_text()
+    r = cli("render", "--plan", job["plan"], "--variant", "base", "--base-image", job["base"], "--out", "ctx")
+    assert r.code == 0, r
+    assert f"FROM {tag}@{digest}\n" in (repo / "ctx" / "Dockerfile").read_text()
+    assert cli("ci", "context-digest", "ctx", "--expect", job["content"]).code == 0
+    (repo / out).unlink()
+    r = cli("ci", "github", "--plan", "plans/l4.lock.json", "--base-digests", "bases.json", "--out", out)
+    assert r.code == 2, r
+    assert "has no digest for nvidia/cuda:" in r.err
+    assert not (repo / out).exists()
