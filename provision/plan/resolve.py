@@ -464,6 +464,19 @@ def carries_sm(matrix: m.Matrix, build: m.FrameworkBuild, cc: str) -> tuple[bool
 
 
 def _cuda_candidates(ctx: Context, build: m.FrameworkBuild | None) -> Iterator[tuple[m.CudaRelease, m.ImageRelease]]:
+    """CUDA releases newest first whose images fit; image sets past NVIDIA's end of life come after
+    every supported one (NVIDIA deletes their tags six months later), so they are chosen only when
+    nothing supported fits, or when pinned."""
+    past_eol = []
+    for cuda, image in _cuda_images(ctx, build):
+        if image.past_eol(ctx.matrix.as_of):
+            past_eol.append((cuda, image))
+        else:
+            yield cuda, image
+    yield from past_eol
+
+
+def _cuda_images(ctx: Context, build: m.FrameworkBuild | None) -> Iterator[tuple[m.CudaRelease, m.ImageRelease]]:
     flavour = _base_flavour(build)
     for cuda in ctx.matrix.cuda:
         name = f"cuda {cuda.version}"
@@ -734,6 +747,8 @@ def _cuda_part(ctx: Context, cand: Candidate, link: CudaLink) -> tuple[PlanCuda,
         )
         driver_floor = str(link.floor.min_driver)
     pick = "pinned" if ctx.pins.cuda else ("the framework build's CUDA" if cand.build else "newest release")
+    if not ctx.pins.cuda and not cand.image.past_eol(ctx.matrix.as_of):
+        pick += " with image sets not past end of life"
     why = Reason(
         "cuda",
         f"CUDA {cuda.version} ({cuda.label}): {pick} that builds for sm_{ctx.cc.replace('.', '')} "
@@ -762,7 +777,13 @@ def _image_part(ctx: Context, cand: Candidate) -> tuple[str, dict[str, str], Rea
         "cudnn-runtime": "cudnn-runtime flavour: the framework build uses the image's CUDA and cuDNN",
     }[flavour]
     note = f"; {os_rel.cuda_image_note}" if os_rel.cuda_image_note else ""
-    return base_image, images, Reason("image", f"{base_image}: {img_why}{note}", image.source)
+    if image.past_eol(ctx.matrix.as_of):
+        why = f"superseded by {image.superseded_by}" if image.superseded_by else f"end of life {image.eol_date}"
+        note += (
+            f"; past NVIDIA's end of life ({why}): no supported image set fits, and NVIDIA deletes these tags "
+            "six months on (pin the digest: provision pin-base)"
+        )
+    return base_image, images, Reason("image", f"{base_image}: {img_why}{note}", image.eol_source or image.source)
 
 
 def _cudnn_part(cand: Candidate, cudnn: CudnnChoice) -> tuple[PlanCudnn | None, Reason]:

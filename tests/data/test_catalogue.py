@@ -14,6 +14,7 @@ from provision.matrix.loader import FILES, read_raw
 from provision.plan.check import check
 from provision.plan.model import PlanRequest
 from provision.plan.resolve import resolve
+from provision.versions import DottedVersion as Version
 
 VERSION_KEYS = {
     "version",
@@ -109,7 +110,7 @@ def test_matrix_check_is_clean_and_fast(real_matrix):
 @pytest.mark.parametrize(
     ("os_id", "gpu", "pins", "expect"),
     [
-        ("rocky9", "a100-pcie", {}, {"cuda": "13.0.2", "fm": None}),
+        ("rocky9", "a100-pcie", {}, {"fm": None}),
         ("ubuntu22.04", "h100-sxm", {}, {"fm": "nvidia-fabricmanager"}),
         ("rocky9", "b200", {}, {"module": "open"}),
         ("ubuntu22.04", "v100", {}, {"branch": "580", "module": "proprietary", "cuda": "12.9.1"}),
@@ -167,3 +168,27 @@ def test_framework_builds_cite_their_wheel():
                     assert b["cuda_runtime"] is None
                     assert b["evidence"] is None or b["libraries"] == "system"
     assert n >= 40
+
+
+def test_default_plans_avoid_end_of_life_images_when_a_supported_set_fits(real_matrix):
+    """NVIDIA deletes end-of-life nvidia/cuda tags six months on: an unpinned plan takes an image set
+    past end of life only when no supported set fits its OS and GPU."""
+    checked = 0
+    for os_rel in real_matrix.os_releases:
+        for gpu in real_matrix.gpus:
+            if any((x.os, x.gpu) == (os_rel.id, gpu.id) for x in real_matrix.exclusions):
+                continue
+            plan = resolve(real_matrix, PlanRequest(os_rel.id, gpu.id), suggest=False)
+            image = real_matrix.image(Version(plan.cuda.version))
+            if image.past_eol(real_matrix.as_of):
+                supported = [
+                    i
+                    for i in real_matrix.images
+                    if not i.past_eol(real_matrix.as_of)
+                    and "runtime" in i.flavours_for(os_rel.cuda_image_os)
+                    and real_matrix.cuda_supports_cc(i.cuda, gpu.compute_capability)
+                ]
+                assert not supported, (os_rel.id, gpu.id, plan.cuda.version, [str(i.cuda) for i in supported])
+                assert "past NVIDIA's end of life" in next(r.text for r in plan.reasons if r.component == "image")
+            checked += 1
+    assert checked > 50
