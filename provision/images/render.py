@@ -14,7 +14,6 @@ from provision.plan.model import Plan, check_image_ref, nvidia_require_cuda
 from provision.resources import images_dir
 
 USER, UID = "app", 10001
-PIP_VERSION = "24.2"
 
 
 class RenderedImage(NamedTuple):
@@ -203,7 +202,6 @@ def render_image(
         "pkg_manager": image_os["pkg_manager"],
         "user": USER,
         "uid": UID,
-        "pip_version": PIP_VERSION,
         "python": python,
         "extra_index_url": fw.index_url if fw else None,
         "labels": labels,
