@@ -9,6 +9,7 @@ import click
 
 from provision.cli.common import load_matrix
 from provision.errors import InputError
+from provision.hostpool import DEFAULT_FORKS, DEFAULT_HOST_TIMEOUT, MIN_HOST_TIMEOUT
 
 
 @click.command("doctor")
@@ -32,9 +33,25 @@ from provision.errors import InputError
 )
 @click.option("--save-dir", type=click.Path(file_okay=False), help="Keep what was collected, one file per host.")
 @click.option("--sudo", is_flag=True, help="With -i: collect through sudo (the kernel log may need it).")
+@click.option(
+    "--forks",
+    type=click.IntRange(min=1, max=500),
+    default=DEFAULT_FORKS,
+    show_default=True,
+    help="With -i: hosts read at the same time (as Ansible's forks).",
+)
+@click.option(
+    "--host-timeout",
+    type=click.IntRange(min=MIN_HOST_TIMEOUT, max=86400),
+    default=DEFAULT_HOST_TIMEOUT,
+    show_default=True,
+    metavar="SECONDS",
+    help="With --local or -i: deadline per host. nvidia-smi gets a third of it under timeout "
+    "--kill-after (a hung one is a finding); the kernel log is read before it.",
+)
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.pass_context
-def doctor_cmd(ctx, *, local, inventory, limit, files, app_logs, save_dir, sudo, fmt):
+def doctor_cmd(ctx, *, local, inventory, limit, files, app_logs, save_dir, sudo, forks, host_timeout, fmt):
     """Name GPU faults and their fixes from nvidia-smi, the kernel log and error output: Xid
     errors, driver/library mismatch, a driver that is not loaded, CUDA newer than the driver,
     throttling and temperatures, ECC / retired pages / remapped rows, inactive NVLink, MIG
@@ -44,6 +61,9 @@ def doctor_cmd(ctx, *, local, inventory, limit, files, app_logs, save_dir, sudo,
     provision doctor --local
     provision doctor -i hosts.yml --limit gpu-a --format json
     provision doctor --from-file nvidia-smi-q.xml --from-file dmesg.log
+
+    The table wraps the evidence and the fix to the terminal's width (COLUMNS); piped without
+    COLUMNS, each finding stays on one line. Nothing is cut: --format json carries the same text.
 
     Exit status: 0 healthy (warnings and notes only), 1 an error finding (or a host that could
     not be read), 2 bad input (a file that cannot be read or is not GPU tool output).
@@ -66,12 +86,14 @@ def doctor_cmd(ctx, *, local, inventory, limit, files, app_logs, save_dir, sudo,
     from provision.doctor.collect import collect_local, collect_remote
 
     if local:
-        collected = [collect_local()]
+        collected = [collect_local(host_timeout)]
     else:
         from provision.fleet.inventory import load_inventory, select_hosts
 
         inv = load_inventory(inventory)
-        collected = collect_remote(select_hosts(inv, limit), os.path.abspath(inventory), sudo=sudo)
+        collected = collect_remote(
+            select_hosts(inv, limit), os.path.abspath(inventory), sudo=sudo, forks=forks, host_timeout=host_timeout
+        )
     results = []
     for item in collected:
         if save_dir and item.text is not None:
@@ -84,7 +106,10 @@ def doctor_cmd(ctx, *, local, inventory, limit, files, app_logs, save_dir, sudo,
         sections = split_bundle(item.text)
         for path in app_logs:
             sections["app-log"] = sections.get("app-log", "") + _read(path)
-        results.append((item.host, diagnose_texts(sections, matrix=matrix), None))
+        report = diagnose_texts(sections, matrix=matrix)
+        if item.problem:  # partial output: the collector was stopped at the host's deadline
+            report = _with_stopped(report, item.problem)
+        results.append((item.host, report, None))
     if local:
         return _emit_single(results[0][1], fmt)
     return _emit_hosts(results, fmt)
@@ -98,24 +123,115 @@ def _read(path: str) -> str:
         raise InputError(f"{path}: cannot read ({exc.strerror})", hint="check the --app-log path") from None
 
 
-def _rows(findings, host: str | None = None):
-    from provision.text import clip
+def _with_stopped(report, problem: str):
+    from provision.doctor import Finding, Report
 
+    stopped = Finding(
+        "collector-stopped",
+        "error",
+        "the host's deadline stopped the collector: what it read before is diagnosed",
+        problem,
+        "Something on the host hangs (nvidia-smi on a lost GPU, a stuck filesystem): read the findings "
+        "above, then `sudo dmesg | tail` on the host; raise --host-timeout if the host is only slow.",
+    )
+    return Report((*report.findings, stopped), report.read)
+
+
+HEADERS = ["severity", "id", "title", "evidence", "fix"]
+WRAPPED = ("title", "evidence", "fix")  # the columns that wrap; the others are short
+MIN_WRAP = 24  # narrower than this per wrapped column, each finding is printed as a block
+
+
+def _rows(findings, host: str | None = None) -> list[list[str]]:
     rows = []
     for f in findings:
-        row = [f.severity, f.id, f.title, clip(f.evidence, 70), clip(f.fix, 90)]
+        row = [f.severity, f.id, f.title, " ".join(f.evidence.split()), " ".join(f.fix.split())]
         rows.append(([host] if host is not None else []) + row)
     return rows
 
 
+def _print_findings(headers: list[str], rows: list[list[str]]) -> None:
+    import shutil
+
+    width = shutil.get_terminal_size((0, 0)).columns  # COLUMNS, else the terminal; 0 when piped
+    click.echo(findings_table(headers, rows, width), nl=False)
+
+
+def findings_table(headers: list[str], rows: list[list[str]], width: int) -> str:
+    """The findings as text no wider than `width` (0: unbounded, one line per finding). The
+    title, evidence and fix columns wrap; nothing is cut. Too narrow for columns, each finding
+    becomes a block of wrapped lines."""
+    import textwrap
+
+    wrap = [i for i, h in enumerate(headers) if h in WRAPPED]
+    natural = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+    if width <= 0:
+        widths = natural
+    else:
+        fixed = sum(natural[i] for i in range(len(headers)) if i not in wrap) + 2 * (len(headers) - 1)
+        widths = _share(natural, wrap, width - fixed)
+        if widths is None:
+            return _blocks(headers, rows, width)
+    out = ["provision doctor", ""]
+    out.append("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
+    out.append("  ".join("-" * w for w in widths))
+    for row in rows:
+        cells = [
+            textwrap.wrap(v, w, break_long_words=True, break_on_hyphens=False) or [""]
+            if i in wrap and width > 0
+            else [v]
+            for i, (v, w) in enumerate(zip(row, widths, strict=True))
+        ]
+        for n in range(max(len(c) for c in cells)):
+            line = "  ".join((c[n] if n < len(c) else "").ljust(w) for c, w in zip(cells, widths, strict=True))
+            out.append(line.rstrip())
+    return "\n".join(out) + "\n"
+
+
+def _share(natural: list[int], wrap: list[int], room: int) -> list[int] | None:
+    """Widths for the wrapped columns within `room`: each gets what it needs, up to an equal
+    share of what is left (water-filling); None when each cannot get MIN_WRAP."""
+    if room < MIN_WRAP * len(wrap):
+        return None
+    widths = list(natural)
+    pending = sorted(wrap, key=lambda i: natural[i])
+    while pending:
+        share = room // len(pending)
+        i = pending.pop(0)
+        widths[i] = min(natural[i], share) if pending else min(natural[i], room)
+        room -= widths[i]
+    return widths
+
+
+def _blocks(headers: list[str], rows: list[list[str]], width: int) -> str:
+    import textwrap
+
+    out = ["provision doctor", ""]
+    for row in rows:
+        head = [v for h, v in zip(headers, row, strict=True) if h not in WRAPPED]
+        out += textwrap.wrap("  ".join(head), width, break_long_words=True) or [""]
+        for h, v in zip(headers, row, strict=True):
+            if h in WRAPPED:
+                out += textwrap.wrap(
+                    v,
+                    width,
+                    initial_indent=f"  {h}: "[:width],
+                    subsequent_indent="    "[: max(0, width - 1)],
+                    break_long_words=True,
+                    break_on_hyphens=False,
+                )
+        out.append("")
+    return "\n".join(out)
+
+
 def _emit_single(report, fmt: str) -> int:
-    from provision.cli.output import dumps_json, print_table
+    from provision.cli.output import dumps_json
 
     if fmt == "json":
         sys.stdout.write(dumps_json(report.to_dict()))
         return report.exit_code
     if report.findings:
-        print_table(["severity", "id", "title", "evidence", "fix"], _rows(report.findings), title="provision doctor")
+        _print_findings(HEADERS, _rows(report.findings))
     c = report.counts()
     verdict = "unhealthy" if report.exit_code else "healthy"
     click.echo(
@@ -126,7 +242,7 @@ def _emit_single(report, fmt: str) -> int:
 
 
 def _emit_hosts(results, fmt: str) -> int:
-    from provision.cli.output import dumps_json, print_table
+    from provision.cli.output import dumps_json
 
     hosts, flat, code = [], [], 0
     for host, report, problem in results:
@@ -157,11 +273,12 @@ def _emit_hosts(results, fmt: str) -> int:
     if fmt == "json":
         sys.stdout.write(dumps_json({"exit_code": code, "hosts": hosts, "findings": flat}))
         return code
-    from provision.text import clip
-
-    rows = [[f["host"], f["severity"], f["id"], f["title"], clip(f["evidence"], 70), clip(f["fix"], 90)] for f in flat]
+    rows = [
+        [f["host"], f["severity"], f["id"], f["title"], " ".join(f["evidence"].split()), " ".join(f["fix"].split())]
+        for f in flat
+    ]
     if rows:
-        print_table(["host", "severity", "id", "title", "evidence", "fix"], rows, title="provision doctor")
+        _print_findings(["host", *HEADERS], rows)
     for h in hosts:
         c = h["counts"]
         verdict = "unhealthy" if h["exit_code"] else "healthy"

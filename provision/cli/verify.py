@@ -9,6 +9,7 @@ import click
 
 from provision.cli.common import check_output, load_plan, matrix_loader, plan_source, write_output
 from provision.errors import InputError
+from provision.hostpool import DEFAULT_FORKS, DEFAULT_HOST_TIMEOUT, MIN_HOST_TIMEOUT
 
 
 @click.command("verify")
@@ -43,6 +44,22 @@ from provision.errors import InputError
 @click.option("--list", "list_checks", is_flag=True, help="List the checks and exit.")
 @click.option("--sudo", is_flag=True, help="Run the checks' commands through sudo.")
 @click.option("--ssh-identity-file", type=click.Path(dir_okay=False), help="SSH key for --host.")
+@click.option(
+    "--forks",
+    type=click.IntRange(min=1, max=500),
+    default=DEFAULT_FORKS,
+    show_default=True,
+    help="Hosts checked at the same time (as Ansible's forks).",
+)
+@click.option(
+    "--host-timeout",
+    type=click.IntRange(min=MIN_HOST_TIMEOUT, max=86400),
+    default=DEFAULT_HOST_TIMEOUT,
+    show_default=True,
+    metavar="SECONDS",
+    help="Deadline per host. Each command on it gets at most a third, under timeout --kill-after; "
+    "a host past it is reported as an error with the checks it finished.",
+)
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--junit", "junit_file", type=click.Path(dir_okay=False), help="Also write a JUnit XML report (CI).")
 @click.pass_context
@@ -68,6 +85,8 @@ def verify_cmd(
     list_checks,
     sudo,
     ssh_identity_file,
+    forks,
+    host_timeout,
     fmt,
     junit_file,
 ):
@@ -81,7 +100,12 @@ def verify_cmd(
     provision verify --local --plan plan.lock.json --format json
     provision verify --host ssh://root@gpu7 --os ubuntu22.04 --gpu h100-sxm --junit verify.xml
 
-    Exit status: 0 every check passed, warned or was skipped, 1 a check failed, 2 bad input.
+    Hosts are checked side by side (--forks at a time), each under --host-timeout: a hung
+    command (an nvidia-smi stuck on a GPU that fell off the bus) is stopped and reported, and an
+    unreachable host is an error with its cause, never a traceback.
+
+    Exit status: 0 every check passed, warned or was skipped, 1 a check failed or a host could
+    not be checked, 2 bad input.
     """
     check_output(junit_file, "--junit")
     from provision.verify import run_verify
@@ -144,6 +168,8 @@ def verify_cmd(
         sudo=sudo,
         ssh_identity_file=ssh_identity_file,
         only=selected,
+        forks=forks,
+        host_timeout=host_timeout,
     )
     if junit_file:
         write_output(junit_file, report.junit(), "--junit")
@@ -248,8 +274,14 @@ def _print_table(report) -> None:
     from provision.cli.output import print_table
 
     print_table(["host", "check", "status", "evidence / reason"], report.table_rows(), title="provision verify")
+    host_errors = report.host_errors()
     for host, results in report.by_host().items():
         c = report.counts(results)
+        if host in host_errors:
+            click.echo(
+                f"{host}: ERROR {host_errors[host]}" + (f" ({c['pass']} passed, {c['fail']} failed)" if results else "")
+            )
+            continue
         click.echo(f"{host}: {c['pass']} passed, {c['fail']} failed, {c['skip']} skipped")
     for error in report.errors:
         click.echo(f"error: {error}", err=True)

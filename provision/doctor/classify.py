@@ -84,6 +84,7 @@ _TABLE_HEAD = re.compile(r"^\|\s*NVIDIA-SMI\s+\S+\s+(?:Driver|KMD) Version:", re
 _NVLINK_GPU = re.compile(r"^GPU \d+: .+ \(UUID: [^)]+\)\s*$", re.M)
 _MODULE_LINE = re.compile(r"^[A-Za-z0-9_]+ \d+ \d+ \S+ (?:Live|Loading|Unloading) 0x[0-9a-f]+", re.M)
 _SMI_IDS = {
+    "nvidia-smi-timeout",
     "driver-library-mismatch",
     "nvml-library-version",
     "driver-not-loaded",

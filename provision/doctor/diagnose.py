@@ -28,7 +28,7 @@ from provision.doctor.classify import (
 from provision.doctor.model import Finding, Read, Report, sort_findings, worse
 from provision.doctor.parse_smi import ParseFailure
 from provision.doctor.rules import gpu_rules, nvlink_rules, persistence_rule
-from provision.doctor.rules_host import host_rules
+from provision.doctor.rules_host import host_rules, smi_hung_rule
 from provision.doctor.rules_log import (
     Facts,
     fabric_rules,
@@ -189,6 +189,7 @@ def _structured(key: str, text: str, source: str, facts: Facts, reads: list[Read
 
 def _report(facts: Facts, reads: list[Read], matrix: Any) -> Report:
     out = _Collector()
+    smi_hung_rule(facts, out.add)
     for g in facts.gpus:
         gpu_rules(g, out.add)
     persistence_rule(facts.gpus, out.add)
@@ -246,7 +247,15 @@ def read_text(path: str | os.PathLike[str]) -> str:
     """A capture file's text (UTF-8, UTF-16 with BOM); InputError when it cannot be read."""
     try:
         with open(path, "rb") as handle:
-            data = handle.read(MAX_BYTES + 1)
+            # read(MAX_BYTES + 1) would allocate the whole limit up front, whatever the file's
+            # size: read in blocks instead, stopping once past the limit (pipes have no size)
+            blocks: list[bytes] = []
+            total = 0
+            while total <= MAX_BYTES and (block := handle.read(4 * 1024 * 1024)):
+                blocks.append(block)
+                total += len(block)
+            data = b"".join(blocks)
+            del blocks
     except OSError as exc:
         raise InputError(
             f"{os.fspath(path)}: cannot read ({exc.strerror or exc})", hint="check the path and its permissions"
@@ -286,9 +295,64 @@ def _file(path: str, text: str, facts: Facts, reads: list[Read]) -> None:
 
 
 def diagnose_files(paths: Iterable[str | os.PathLike[str]], *, matrix: Any = None) -> Report:
-    """Read, classify and analyse each file; all of them go into one report."""
+    """Read, classify and analyse each file; all of them go into one report. A large kernel or
+    fabric manager log is read line by line (`_stream_file`): memory stays flat with its size."""
     paths = [os.fspath(p) for p in paths]
-    return diagnose_named_texts(((p, read_text(p)) for p in paths), matrix=matrix)
+    if not paths:
+        raise InputError("no files to diagnose", hint=HINT)
+    facts = Facts()
+    reads: list[Read] = []
+    for path in paths:
+        if not _stream_file(path, facts, reads):
+            _file(path, read_text(path), facts, reads)
+    return _report(facts, reads, matrix)
+
+
+STREAM_FROM = 8 * 1024 * 1024  # files at least this large are classified by their head, then streamed
+HEAD_BYTES = 1024 * 1024
+LINE_BYTES = 64 * 1024
+_STREAMED = frozenset({"kernel-log", "fabricmanager-log"})
+
+
+def _stream_file(path: str, facts: Facts, reads: list[Read]) -> bool:
+    """Analyse a large line-oriented log without holding it: classify its first MiB and, for a
+    kernel or fabric manager log, parse it one line at a time. False: read it whole instead."""
+    try:
+        size = os.path.getsize(path)
+        if size < STREAM_FROM:
+            return False
+        with open(path, "rb") as handle:
+            head = handle.read(HEAD_BYTES)
+            if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+                return False  # UTF-16 has no newline bytes to split on: read whole (size-limited)
+            name = os.path.basename(path) or path
+            # the head's last line may be cut: classify whole lines only
+            kind = classify(decode_bytes(head[: head.rfind(b"\n") + 1] or head), name)
+            if kind not in _STREAMED:
+                return False
+            handle.seek(0)
+            # readline's limit bounds memory for a file without newlines too (each piece a line)
+            chunks = iter(lambda: handle.readline(LINE_BYTES), b"")
+            lines = (part for raw in chunks for part in _decode_line(raw).split("\n"))
+            if kind == "kernel-log":
+                log = parse_log.parse_kernel_lines(lines)
+                facts.kernel.append((name, log))
+                reads.append(Read(name, kind, f"{log.lines} lines, {len(log.xids)} Xid event(s) (read as a stream)"))
+            else:
+                events, count = parse_log.parse_fabric_manager_lines(lines)
+                facts.fabric.append((name, events))
+                reads.append(Read(name, kind, f"{count} log lines, {len(events)} error(s) (read as a stream)"))
+    except OSError as exc:
+        raise InputError(
+            f"{path}: cannot read ({exc.strerror or exc})", hint="check the path and its permissions"
+        ) from None
+    return True
+
+
+def _decode_line(raw: bytes) -> str:
+    if raw.startswith(codecs.BOM_UTF8):
+        raw = raw[3:]
+    return raw.decode("utf-8", errors="replace").rstrip("\r\n").replace("\r", "\n")
 
 
 def diagnose_named_texts(items: Iterable[tuple[str, str]], *, matrix: Any = None) -> Report:

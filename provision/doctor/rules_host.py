@@ -408,7 +408,7 @@ def _exit_code(facts: Facts, msgs: dict[str, list[tuple[str, Message]]], add: Ad
     rc = facts.smi_rc
     if not rc:
         return
-    if rc not in _RC and rc != 124 and set(msgs) & _SMI_MESSAGES:
+    if rc not in _RC and rc not in (124, 137) and set(msgs) & _SMI_MESSAGES:
         return  # nvidia-smi's own message already says what failed
     if rc in _RC:
         ident, title = _RC[rc]
@@ -416,19 +416,8 @@ def _exit_code(facts: Facts, msgs: dict[str, list[tuple[str, Message]]], add: Ad
             return
         severity, _t, fix = _SIMPLE[ident]
         add(Finding(ident, severity, title, f"nvidia-smi exit code {rc}", fix), "host")
-    elif rc == 124:
-        add(
-            Finding(
-                "nvidia-smi-hung",
-                "error",
-                "nvidia-smi did not answer in time (killed by timeout)",
-                "nvidia-smi exit code 124",
-                "The driver is stuck on a GPU: look for Xid 119/120 (GSP timeouts), Xid 79 or 'fallen off the "
-                "bus' in the kernel log (`sudo dmesg | grep -i xid`); a GPU reset (`sudo nvidia-smi -r -i "
-                "<bus-id>`) or a reboot usually recovers it.",
-            ),
-            "host",
-        )
+    elif rc in (124, 137):
+        return  # smi_hung_rule, run first so that its finding leads the report
     elif rc == 8:
         add(
             Finding(
@@ -451,3 +440,31 @@ def _exit_code(facts: Facts, msgs: dict[str, list[tuple[str, Message]]], add: Ad
             ),
             "host",
         )
+
+
+def smi_hung_rule(facts: Facts, add: Add) -> None:
+    """nvidia-smi stopped by the collector's timeout (124: SIGTERM, 137: SIGKILL after it ignored
+    SIGTERM). The report leads with it; the kernel log findings that follow name the cause."""
+    if facts.smi_rc not in (124, 137):
+        return
+    rc = facts.smi_rc
+    hits = _grouped(facts).get("nvidia-smi-timeout", [])
+    seconds = next((m.detail for _, m in hits if m.detail), None)
+    lost = facts.kernel_events("fallen-off-bus") or [
+        (src, x) for src, log in facts.kernel for x in log.xids if x.code in (79, 119, 120)
+    ]
+    said = "the kernel log below names it" if lost else "see the kernel log below"
+    waited = f"in {seconds} s" if seconds else "in time"
+    add(
+        Finding(
+            "nvidia-smi-hung",
+            "error",
+            f"nvidia-smi did not answer {waited}: the GPU may have fallen off the bus; {said}",
+            f"nvidia-smi exit code {rc} ({'stopped by SIGTERM' if rc == 124 else 'killed: it ignored SIGTERM'})"
+            + (f"; {_evidence(hits)}" if hits else ""),
+            "The driver is stuck on a GPU: look for Xid 119/120 (GSP timeouts), Xid 79 or 'fallen off the "
+            "bus' in the kernel log (`sudo dmesg | grep -i xid`); a GPU reset (`sudo nvidia-smi -r -i "
+            "<bus-id>`) or a reboot usually recovers it.",
+        ),
+        "host",
+    )

@@ -1,9 +1,13 @@
 """`provision verify`: testinfra checks that a host still matches its plan.
 
 The checks are ordinary pytest-testinfra test functions shipped in provision/verify/checks/.
-`run_verify` runs them with pytest.main through testinfra's backends (local, ssh, ansible),
-one parametrised run over every target, and turns pytest's reports into a VerifyReport:
-per host, per check, pass / fail / skip with the evidence read.
+`run_verify` checks the hosts side by side: one worker process per host
+(provision/verify/worker.py), at most `forks` at once, each under the host's deadline
+(provision.hostpool). A worker makes sure its host runs a command at all, then runs the checks
+with pytest.main through testinfra's backends (local, ssh, ansible); every command it sends
+runs under coreutils timeout on the host. The workers' results become one VerifyReport: per
+host, per check, pass / fail / skip with the evidence read, and per host an error when it could
+not be reached or did not finish in time.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
+from provision.hostpool import DEFAULT_FORKS, DEFAULT_HOST_TIMEOUT
 from provision.plan.model import Plan
 
 
@@ -38,14 +43,108 @@ def run_verify(
     ssh_identity_file: str | None = None,
     ssh_config: str | None = None,
     only: list[str] | None = None,
+    forks: int = DEFAULT_FORKS,
+    host_timeout: float = DEFAULT_HOST_TIMEOUT,
 ):
-    """Run every check on every target; returns a VerifyReport. Touches nothing on the hosts."""
+    """Run every check on every target, `forks` hosts at a time, each for at most `host_timeout`
+    seconds; returns a VerifyReport. Touches nothing on the hosts."""
+    import pickle
+    import sys
+
+    from provision.hostpool import Job, run_jobs
+    from provision.tools import tool_path
+    from provision.verify.worker import Request
+
+    jobs = []
+    for target in targets:
+        request = Request(
+            target._replace(hostvars=dict(target.hostvars or {})),
+            inventory,
+            sudo,
+            ssh_identity_file,
+            ssh_config,
+            only,
+            host_timeout,
+        )
+        jobs.append(Job(target.name, [sys.executable, "-m", "provision.verify.worker"], pickle.dumps(request)))
+    env = {**os.environ, "PATH": tool_path()}
+    outcomes = run_jobs(jobs, forks=forks, timeout=host_timeout, env=env)
+    return collect_report([t.name for t in targets], outcomes, host_timeout=host_timeout)
+
+
+def collect_report(names: list[str], outcomes, *, host_timeout: float):
+    """The VerifyReport of the workers' JSON lines (see provision/verify/worker.py)."""
+    import json
+
+    from provision.verify.report import CheckResult, HostRun, VerifyReport
+
+    results: list[CheckResult] = []
+    errors: list[str] = []
+    runs: dict[str, HostRun] = {}
+    worst_rc = 0
+    for outcome in outcomes:
+        done: int | None = None
+        unreachable: str | None = None
+        late: list[str] = []
+        count = 0
+        for line in outcome.stdout.splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if "result" in event:
+                host, check, title, status, detail, evidence, seconds = event["result"]
+                results.append(CheckResult(host, check, title, status, detail, tuple(evidence), seconds))
+                count += 1
+            elif "unreachable" in event:
+                unreachable = event["unreachable"]
+            elif "error" in event:
+                errors.append(event["error"])
+            elif "late" in event:
+                late.append(event["late"])
+            elif "done" in event:
+                done = int(event["done"])
+        if unreachable is not None:
+            error = f"host unreachable: {unreachable}"
+        elif outcome.timed_out and count == 0:
+            error = f"host unreachable: no answer within {host_timeout:g} s (--host-timeout)"
+        elif outcome.timed_out:
+            error = (
+                f"did not finish within {host_timeout:g} s (--host-timeout): stopped after {count} check(s); "
+                "a command on the host hangs (provision doctor reads the kernel log)"
+            )
+        elif done is None:
+            why = [ln for ln in outcome.stderr.splitlines() if ln.strip()]
+            error = f"the checks stopped (exit {outcome.rc}): {why[-1].strip() if why else 'no output'}"
+        elif late:
+            error = late[0]
+        else:
+            error = None
+        if done is not None and done not in (0, 1, 5):
+            worst_rc = max(worst_rc, done)
+        runs[outcome.name] = HostRun(error, outcome.started, outcome.seconds)
+    return VerifyReport(names, results, errors, worst_rc, runs)
+
+
+def run_checks(
+    target: Target,
+    *,
+    inventory: str | None = None,
+    sudo: bool = False,
+    ssh_identity_file: str | None = None,
+    ssh_config: str | None = None,
+    only: list[str] | None = None,
+    budget=None,
+    have_timeout: bool = True,
+    emit=None,
+) -> int:
+    """The checks on one target, in this process (the worker's part); pytest's exit code.
+    Each result goes to `emit` as it is known."""
     import pytest
 
-    from provision.tools import tools_on_path
     from provision.verify.plugin import VerifyPlugin
 
-    plugin = VerifyPlugin(targets, only=only)
+    plugin = VerifyPlugin([target], only=only, budget=budget, have_timeout=have_timeout, emit=emit)
     args = [
         CHECKS_DIR,
         "-c",
@@ -64,7 +163,7 @@ def run_verify(
         "no:logging",
         "-s",
         "--hosts",
-        ",".join(t.spec for t in targets),
+        target.spec,
     ]
     if inventory:
         args += ["--ansible-inventory", inventory]
@@ -74,6 +173,6 @@ def run_verify(
         args += ["--ssh-identity-file", ssh_identity_file]
     if ssh_config:
         args += ["--ssh-config", ssh_config]
-    with tools_on_path():
-        rc = pytest.main(args, plugins=[plugin])
-    return plugin.report(int(rc))
+    rc = int(pytest.main(args, plugins=[plugin]))
+    plugin.finish()
+    return rc

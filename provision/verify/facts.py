@@ -38,6 +38,7 @@ class Result(NamedTuple):
     rc: int
     out: str
     err: str
+    timed_out: int | None = None  # seconds the command had when timeout stopped it; None: it ended
 
     @property
     def text(self) -> str:
@@ -50,16 +51,43 @@ def upstream_version(version: str) -> str:
     return version.rsplit("-", 1)[0] if "-" in version else version
 
 
+# GPU lines of the kernel log: what to show when nvidia-smi fails or hangs (doctor reads more).
+KERNEL_LOG = (
+    "{ dmesg 2>/dev/null; journalctl -k -b --no-pager -q 2>/dev/null; "
+    "cat /var/log/kern.log /var/log/messages 2>/dev/null; } "
+    "| grep -aiE 'NVRM|Xid|fallen off the bus' | tail -n 5"
+)
+
+
 class HostFacts:
-    def __init__(self, host, target):
+    def __init__(self, host, target, *, budget=None, have_timeout: bool = True):
         self.host = host
         self.target = target
         self.hostvars: dict[str, Any] = dict(target.hostvars or {})
+        self.budget = budget  # provision.hostpool.Budget; None: commands run without a deadline
+        self.have_timeout = have_timeout
         self._installed: dict[tuple[str, ...], dict[str, Installed]] = {}
 
     def run(self, command: str) -> Result:
-        res = self.host.run(command)
-        return Result(res.rc, res.stdout, res.stderr)
+        """Run a command on the host. Under a budget it runs under coreutils timeout, its share of
+        the host's deadline (hostpool.Budget); one it stopped comes back with timed_out set."""
+        if self.budget is None:
+            res = self.host.run(command)
+            return Result(res.rc, res.stdout, res.stderr)
+        from provision.hostpool import remote_command, timed_out_rc
+
+        seconds = self.budget.command_timeout()
+        if seconds <= 0:
+            return Result(124, "", "not run: the host's deadline has passed", 0)
+        res = self.host.run(remote_command(command, seconds, have_timeout=self.have_timeout))
+        stopped = seconds if self.have_timeout and timed_out_rc(res.rc) else None
+        return Result(res.rc, res.stdout, res.stderr, stopped)
+
+    @functools.cached_property
+    def kernel_log(self) -> list[str]:
+        """The newest GPU lines of the kernel log (NVRM, Xid, fallen off the bus)."""
+        res = self.run(KERNEL_LOG)
+        return [line.strip() for line in res.out.splitlines() if line.strip()] if res.rc == 0 else []
 
     @functools.cached_property
     def unreachable(self) -> str | None:
@@ -96,6 +124,7 @@ class HostFacts:
 
     @functools.cached_property
     def smi(self) -> tuple[Result, list[Gpu]]:
+        self.kernel_log  # noqa: B018 - read first: it still answers when nvidia-smi hangs on a lost GPU
         res = self.run(f"nvidia-smi --query-gpu={','.join(SMI_FIELDS)} --format=csv,noheader")
         gpus: list[Gpu] = []
         if res.rc == 0:

@@ -1,5 +1,6 @@
-"""The pytest plugin `run_verify` loads: fixtures the checks use (`target`, `plan`, `facts`,
-`evidence`) and a collector that turns pytest's reports into a VerifyReport."""
+"""The pytest plugin a verify worker loads: fixtures the checks use (`target`, `plan`, `facts`,
+`evidence`) and a collector that turns pytest's reports into CheckResults, each passed on to the
+parent process as it is known."""
 
 from __future__ import annotations
 
@@ -8,15 +9,19 @@ from typing import Any
 import pytest
 
 from provision.verify.facts import HostFacts
-from provision.verify.report import CheckResult, VerifyReport
+from provision.verify.report import CheckResult
 
 MODULE_ORDER = ("check_system", "check_driver", "check_containers")
 
 
 class VerifyPlugin:
-    def __init__(self, targets: list, only: list[str] | None = None):
+    def __init__(self, targets: list, only: list[str] | None = None, *, budget=None, have_timeout=True, emit=None):
         self.targets = list(targets)
         self.only = set(only or [])
+        self.budget = budget  # provision.hostpool.Budget: the host's deadline (None: no deadline)
+        self.have_timeout = have_timeout  # coreutils timeout on the host
+        self.emit = emit  # called with each event for the parent process (provision.verify.worker)
+        self.late = 0  # checks not run because the deadline had passed
         self.results: list[CheckResult] = []
         self.errors: list[str] = []
         self._facts: dict[str, HostFacts] = {}
@@ -45,13 +50,16 @@ class VerifyPlugin:
     @pytest.fixture
     def facts_raw(self, host, target) -> HostFacts:
         if target.name not in self._facts:
-            self._facts[target.name] = HostFacts(host, target)
+            self._facts[target.name] = HostFacts(host, target, budget=self.budget, have_timeout=self.have_timeout)
         return self._facts[target.name]
 
     @pytest.fixture
     def facts(self, facts_raw) -> HostFacts:
         if facts_raw.unreachable:
             pytest.skip(f"host unreachable ({facts_raw.unreachable})")
+        if self.budget is not None and self.budget.command_timeout() <= 0:
+            self.late += 1
+            pytest.skip(f"not run: the host's {self.budget.seconds:g} s deadline (--host-timeout) had passed")
         return facts_raw
 
     @pytest.fixture
@@ -78,7 +86,7 @@ class VerifyPlugin:
             keep = [i for i in items if _check_id(i) in self.only]
             config.hook.pytest_deselected(items=[i for i in items if i not in keep])
             items[:] = keep
-        # host by host (one SSH connection at a time), the machine first, containers last
+        # host by host (one connection each), the machine first, containers last
         order = {name: n for n, name in enumerate(MODULE_ORDER)}
         position = {id(item): n for n, item in enumerate(items)}
 
@@ -121,27 +129,41 @@ class VerifyPlugin:
                 status, detail = "fail", _failure_text(report)
                 if report.when == "setup":
                     detail = "could not run: " + detail
-            self.results.append(
-                CheckResult(
-                    report.provision_target or "?",
-                    check,
-                    report.provision_title,
-                    status,
-                    detail,
-                    tuple(evidence),
-                    round(report.duration, 3),
-                )
+            result = CheckResult(
+                report.provision_target or "?",
+                check,
+                report.provision_title,
+                status,
+                detail,
+                tuple(evidence),
+                round(report.duration, 3),
             )
+            self.results.append(result)
+            self._emit({"result": list(result)})
         elif report.when == "teardown" and report.failed:
-            self.errors.append(f"{report.provision_target}: {check}: teardown failed: {_failure_text(report)}")
+            self._error(f"{report.provision_target}: {check}: teardown failed: {_failure_text(report)}")
 
     def pytest_collectreport(self, report):
         if report.failed:
-            self.errors.append(f"collecting checks failed: {_failure_text(report)}")
+            self._error(f"collecting checks failed: {_failure_text(report)}")
 
-    def report(self, pytest_rc: int) -> VerifyReport:
-        names = [t.name for t in self.targets]
-        return VerifyReport(names, self.results, self.errors, pytest_rc)
+    def _error(self, text: str) -> None:
+        self.errors.append(text)
+        self._emit({"error": text})
+
+    def _emit(self, event: dict) -> None:
+        if self.emit is not None:
+            self.emit(event)
+
+    def finish(self) -> None:
+        """After the run: say so when the deadline left checks unrun."""
+        if self.late and self.budget is not None:
+            self._emit(
+                {
+                    "late": f"did not finish within {self.budget.seconds:g} s (--host-timeout): {self.late} check(s) "
+                    "not run; a command on the host hangs (provision doctor reads the kernel log)"
+                }
+            )
 
 
 def _spec_matches(spec: str, pytest_id: str) -> bool:

@@ -1,5 +1,14 @@
 """The result of `provision verify`: JSON (schema: provision/verify/schema/report.schema.json),
-JUnit XML for CI (schema: provision/verify/schema/junit.xsd) and the rows of the table."""
+JUnit XML for CI and the rows of the table.
+
+The JUnit file validates against the Jenkins xUnit plugin's junit-10.xsd (tests/data) as well as
+our stricter provision/verify/schema/junit.xsd: counts only on <testsuite> where that schema
+allows them (no `skipped` on <testsuites>), one <testsuite> per host. A testcase's classname is
+`provision-verify.<host>` with the host's own dots written as `_`: Jenkins reads everything
+before a classname's last dot as the package, so `provision.verify.gpu1.example.com` would show a
+package `provision.verify.gpu1.example` holding a class `com`; this way every report shows the
+package `provision-verify`, one class per host, one test per check.
+"""
 
 from __future__ import annotations
 
@@ -23,19 +32,36 @@ class CheckResult(NamedTuple):
     seconds: float
 
 
+class HostRun(NamedTuple):
+    """How a host's run went, apart from its checks."""
+
+    error: str | None  # "host unreachable: <why>", "did not finish within 120 s ..."; None: it ran
+    started: float = 0.0  # time.time() when its worker started
+    seconds: float = 0.0  # how long it took
+
+
 class VerifyReport(NamedTuple):
     hosts: list[str]
     results: list[CheckResult]
     errors: list[str]  # problems outside any check (collection, teardown)
     pytest_rc: int
+    runs: dict[str, HostRun] = {}  # noqa: RUF012 - a NamedTuple default, never mutated
 
     @property
     def exit_code(self) -> int:
-        if self.errors or any(r.status == "fail" for r in self.results):
+        if self.errors or self.host_errors() or any(r.status == "fail" for r in self.results):
             return 1
         if self.pytest_rc not in (0, 5) or not self.results:
             return 1
         return 0
+
+    def host_errors(self) -> dict[str, str]:
+        return {h: run.error for h, run in self.runs.items() if run.error}
+
+    @staticmethod
+    def classname(host: str) -> str:
+        """JUnit classname: package `provision-verify`, the host as the class (see the module doc)."""
+        return "provision-verify." + host.replace(".", "_")
 
     def by_host(self) -> dict[str, list[CheckResult]]:
         out: dict[str, list[CheckResult]] = {h: [] for h in self.hosts}
@@ -51,10 +77,15 @@ class VerifyReport(NamedTuple):
         hosts = []
         for host, results in self.by_host().items():
             counts = self.counts(results)
+            run = self.runs.get(host, HostRun(None))
+            status = "error" if run.error else "fail" if counts["fail"] or not results else "pass"
             hosts.append(
                 {
                     "host": host,
-                    "status": "fail" if counts["fail"] or not results else "pass",
+                    "status": status,
+                    "error": run.error,
+                    "started": _iso(run.started) if run.started else None,
+                    "seconds": run.seconds,
                     "counts": counts,
                     "checks": [
                         {
@@ -78,40 +109,46 @@ class VerifyReport(NamedTuple):
         }
 
     def table_rows(self) -> list[list[str]]:
-        rows = []
+        rows = [[host, "-", "ERROR", error] for host, error in self.host_errors().items()]
         for r in self.results:
             shown = r.detail if r.status != "pass" else "; ".join(r.evidence)
             rows.append([r.host, r.check, r.status.upper() if r.status in ("fail", "warn") else r.status, clip(shown)])
         return rows
 
     def junit(self) -> str:
-        """JUnit XML: one testsuite per host, one testcase per check."""
+        """JUnit XML: one testsuite per host, one testcase per check (and one for a host error)."""
         from xml.etree import ElementTree as ET
 
-        now = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
+        now = _iso(dt.datetime.now(dt.UTC).timestamp())
         root = ET.Element("testsuites", name="provision verify")
+        host_errors = self.host_errors()
         total = self.counts()
-        root.set("tests", str(len(self.results)))
+        root.set("tests", str(len(self.results) + len(host_errors) + len(self.errors)))
         root.set("failures", str(total["fail"]))
-        root.set("errors", str(len(self.errors)))
-        root.set("skipped", str(total["skip"]))
+        root.set("errors", str(len(host_errors) + len(self.errors)))
+        root.set("time", f"{sum(r.seconds for r in self.results):.3f}")
         for host, results in self.by_host().items():
             counts = self.counts(results)
+            run = self.runs.get(host, HostRun(None))
             suite = ET.SubElement(
                 root,
                 "testsuite",
                 name=host,
-                tests=str(len(results)),
+                tests=str(len(results) + bool(run.error)),
                 failures=str(counts["fail"]),
-                errors="0",
+                errors=str(int(bool(run.error))),
                 skipped=str(counts["skip"]),
-                time=f"{sum(r.seconds for r in results):.3f}",
-                timestamp=now,
+                time=f"{run.seconds or sum(r.seconds for r in results):.3f}",
+                timestamp=_iso(run.started) if run.started else now,
                 hostname=host,
             )
+            if run.error:
+                case = ET.SubElement(suite, "testcase", name="host", classname=self.classname(host), time="0.000")
+                kind = "HostUnreachable" if run.error.startswith("host unreachable") else "HostError"
+                ET.SubElement(case, "error", message=run.error[:500], type=kind).text = run.error
             for r in results:
                 case = ET.SubElement(
-                    suite, "testcase", name=r.check, classname=f"provision.verify.{host}", time=f"{r.seconds:.3f}"
+                    suite, "testcase", name=r.check, classname=self.classname(host), time=f"{r.seconds:.3f}"
                 )
                 if r.status == "fail":
                     ET.SubElement(case, "failure", message=r.detail[:500], type="CheckFailed").text = r.detail
@@ -129,11 +166,15 @@ class VerifyReport(NamedTuple):
                 failures="0",
                 errors="1",
                 skipped="0",
-                time="0",
+                time="0.000",
                 timestamp=now,
                 hostname="localhost",
             )
-            case = ET.SubElement(suite, "testcase", name="run", classname="provision.verify", time="0")
+            case = ET.SubElement(suite, "testcase", name="run", classname="provision-verify.run", time="0.000")
             ET.SubElement(case, "error", message=error[:500], type="RunError").text = error
         ET.indent(root)
         return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _iso(timestamp: float) -> str:
+    return dt.datetime.fromtimestamp(timestamp, dt.UTC).isoformat(timespec="milliseconds")

@@ -2,8 +2,10 @@
 (throttling, a driver/library mismatch) and an Xid in the kernel log, each named with its fix."""
 
 import json
+import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -98,3 +100,37 @@ def test_doctor_reports_an_unreachable_host(fleet_env):
     rc, doc, _ = doctor("-i", str(fleet_env.inventory("unreachable-doctor.yml", hosts=("gpu-x",))))
     assert rc == 1
     assert ids(doc, "gpu-x") == {"host-unreachable"}
+
+
+def test_a_hung_nvidia_smi_is_a_finding_and_the_kernel_log_names_the_cause(converged_fleet):
+    """nvidia-smi on gpu-a hangs and ignores SIGTERM; the Xid 79 is in the kernel log. doctor
+    reads the kernel log first, stops nvidia-smi at its share of --host-timeout, and reports
+    both; the hung process is gone afterwards."""
+    from test_fleet_verify import hang_nvidia_smi, restore_nvidia_smi
+
+    env = converged_fleet.fleet
+    hang_nvidia_smi(env, "gpu-a")
+    try:
+        t0 = time.monotonic()
+        rc, doc, err = doctor("-i", str(converged_fleet.inventory()), "--host-timeout", "30")
+        wall = time.monotonic() - t0
+        assert rc == 1, err
+        findings = {(f["host"], f["id"]): f for f in doc["findings"]}
+        hung = findings[("gpu-a", "nvidia-smi-hung")]
+        # Budget(30): nvidia-smi's share ends before the collector's own limit (remote_script)
+        assert re.match(r"nvidia-smi did not answer in \d+ s: the GPU may have fallen off the bus", hung["title"])
+        assert "killed: it ignored SIGTERM" in hung["evidence"]
+        assert ("gpu-a", "xid-79") in findings
+        first = next(h for h in doc["hosts"] if h["host"] == "gpu-a")["findings"][0]
+        assert first["id"] == "nvidia-smi-hung"
+        assert wall < 30 + 15, wall
+        assert not ids(doc, "gpu-b", "error")
+        assert not ids(doc, "gpu-c", "error")
+        still = env.exec(
+            "gpu-a",
+            "for p in $(cat /run/hung-smi.pids); do [ -d /proc/$p ] && grep -q '^State:.*[RS]' /proc/$p/status "
+            "&& echo $p; done; true",
+        )
+        assert not still.split(), f"hung nvidia-smi processes left on gpu-a: {still}"
+    finally:
+        assert restore_nvidia_smi(env, "gpu-a") == []

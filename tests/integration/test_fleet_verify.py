@@ -1,20 +1,26 @@
-"""provision verify over the test fleet: every check passes on converged hosts, and drift
-(a package downgraded, the runtime removed from daemon.json, persistenced stopped) fails the
-check that owns it, by name. JSON and JUnit reports are validated against their schemas."""
+"""provision verify over the test fleet: every check passes on converged hosts, checked side by
+side, and drift (a package downgraded, the runtime removed from daemon.json, persistenced
+stopped) fails the check that owns it, by name; a hung nvidia-smi (it ignores SIGTERM) is a
+finding within the host's deadline; an unreachable host is one error. JSON and JUnit reports are
+validated against their schemas (JUnit also against Jenkins xUnit's junit-10.xsd)."""
 
+import datetime as dt
 import json
 import subprocess
 import sys
+import time
 
 import jsonschema
 import pytest
 import xmlschema
 from harness.fleet import run_apply
+from support import ROOT
 
 from provision.verify.report import SCHEMA_DIR
 
 pytestmark = [pytest.mark.fleet]
 HOSTS = ("gpu-a", "gpu-b", "gpu-c")
+JUNIT_10 = ROOT / "tests" / "data" / "junit-10.xsd"
 
 
 def verify(*args, junit=None):
@@ -32,6 +38,7 @@ def verify(*args, junit=None):
         jsonschema.validate(doc, json.load(handle))
     if junit:
         xmlschema.XMLSchema(f"{SCHEMA_DIR}/junit.xsd").validate(str(junit))
+        xmlschema.XMLSchema(str(JUNIT_10)).validate(str(junit))
     return proc.returncode, doc, proc.stderr
 
 
@@ -78,6 +85,11 @@ def test_verify_passes_on_a_converged_fleet(converged_fleet, tmp_path):
     assert "container" in by_host["gpu-a"]["kernel-module"]["detail"]
     junit = (tmp_path / "verify.xml").read_text()
     assert junit.count("<testcase ") == sum(len(h["checks"]) for h in doc["hosts"])
+    assert junit.count("<testsuite ") == len(HOSTS)
+    # side by side (--forks 5 by default): every host's run overlaps every other's
+    spans = {h["host"]: (dt.datetime.fromisoformat(h["started"]).timestamp(), h["seconds"]) for h in doc["hosts"]}
+    latest_start = max(start for start, _ in spans.values())
+    assert all(start + seconds > latest_start for start, seconds in spans.values()), spans
 
 
 def test_verify_names_each_kind_of_drift(converged_fleet, tmp_path):
@@ -155,8 +167,78 @@ def test_verify_names_each_kind_of_drift(converged_fleet, tmp_path):
 
 def test_verify_reports_an_unreachable_host(fleet_env, tmp_path):
     inventory = fleet_env.inventory("unreachable.yml", hosts=("gpu-x",))
-    rc, doc, _ = verify("-i", str(inventory), "--fleet", str(fleet_env.fleet_file()))
+    rc, doc, _ = verify("-i", str(inventory), "--fleet", str(fleet_env.fleet_file()), junit=tmp_path / "x.xml")
     assert rc == 1
-    checks = statuses(doc)["gpu-x"]
-    assert checks["reachable"] == "fail"
-    assert {s for c, s in checks.items() if c != "reachable"} == {"skip"}
+    (host,) = doc["hosts"]
+    assert host["status"] == "error"
+    assert host["error"].startswith("host unreachable: "), host["error"]
+    assert "CommandResult" not in host["error"]
+    assert host["checks"] == []
+    assert 'type="HostUnreachable"' in (tmp_path / "x.xml").read_text()
+
+
+HUNG_SMI = "#!/bin/sh\necho $$ >> /run/hung-smi.pids\ntrap '' TERM\nsleep 3600\n"
+XID_79 = (
+    "Nov 30 02:11:07 gpu-a kernel: [ 8412.441061] NVRM: Xid (PCI:0000:17:00): 79, pid=0, "
+    "name=python3, GPU has fallen off the bus."
+)
+
+
+def hang_nvidia_smi(fleet, host):
+    """nvidia-smi on `host` hangs and ignores SIGTERM (a GPU fallen off the bus); the kernel log says so."""
+    fleet.exec(host, "cp -p /usr/bin/nvidia-smi /usr/bin/nvidia-smi.fakegpu")
+    fleet.exec(host, f"cat > /usr/bin/nvidia-smi <<'EOF'\n{HUNG_SMI}EOF\nchmod 755 /usr/bin/nvidia-smi")
+    fleet.exec(host, f"printf '%s\\n' '{XID_79}' >> /var/log/kern.log")
+
+
+def restore_nvidia_smi(fleet, host):
+    fleet.exec(host, "mv /usr/bin/nvidia-smi.fakegpu /usr/bin/nvidia-smi", check=False)
+    fleet.exec(host, "sed -i '/NVRM: Xid/d' /var/log/kern.log", check=False)
+    # the hung nvidia-smi processes this test started, by their pid
+    left = fleet.exec(
+        host,
+        "for p in $(cat /run/hung-smi.pids 2>/dev/null); do "
+        "if [ -d /proc/$p ] && grep -q '^State:.*[RS]' /proc/$p/status; then echo $p; kill -9 $p; fi; done; "
+        "rm -f /run/hung-smi.pids",
+        check=False,
+    )
+    return left.split()
+
+
+def test_a_hung_nvidia_smi_is_a_finding_within_the_host_deadline(converged_fleet, tmp_path):
+    fleet = converged_fleet.fleet
+    hang_nvidia_smi(fleet, "gpu-a")
+    try:
+        t0 = time.monotonic()
+        rc, doc, err = verify(
+            "-i",
+            str(converged_fleet.inventory()),
+            "--fleet",
+            str(converged_fleet.fleet_file()),
+            "--host-timeout",
+            "40",
+            junit=tmp_path / "hung.xml",
+        )
+        wall = time.monotonic() - t0
+        assert rc == 1, err
+        by_host = {h["host"]: h for h in doc["hosts"]}
+        checks = {c["id"]: c for c in by_host["gpu-a"]["checks"]}
+        smi = checks["nvidia-smi"]
+        assert smi["status"] == "fail"
+        assert smi["detail"].startswith("nvidia-smi did not answer in "), smi["detail"]
+        assert "the GPU may have fallen off the bus" in smi["detail"]
+        assert any("Xid (PCI:0000:17:00): 79" in e for e in smi["evidence"]), smi["evidence"]
+        assert checks["gpus"]["status"] == "skip"
+        # the host ended within its deadline, and the others were not held up by it
+        assert by_host["gpu-a"]["seconds"] <= 40 + 1, by_host["gpu-a"]["seconds"]
+        assert wall < 40 + 20, wall
+        assert {h: by_host[h]["status"] for h in ("gpu-b", "gpu-c")} == {"gpu-b": "pass", "gpu-c": "pass"}
+        # the host's deadline killed the hung nvidia-smi with its whole process group
+        still = fleet.exec(
+            "gpu-a",
+            "for p in $(cat /run/hung-smi.pids); do [ -d /proc/$p ] && grep -q '^State:.*[RS]' /proc/$p/status "
+            "&& echo $p; done; true",
+        )
+        assert not still.split(), f"hung nvidia-smi processes left on gpu-a: {still}"
+    finally:
+        assert restore_nvidia_smi(fleet, "gpu-a") == []

@@ -4,10 +4,13 @@ parsers, the reports and their schemas, and the command line's refusals."""
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import jsonschema
 import pytest
 import xmlschema
+from support import ROOT
 
 from provision.plan.model import PlanRequest
 from provision.plan.resolve import resolve
@@ -537,3 +540,167 @@ def test_kernel_hold_on_el_reads_security_advisories(plans):
     got, warnings = kernel_outcome(plans["rocky"], {"dnf -q updateinfo": Res(0, advisories)})
     assert got == "pass"
     assert "kernel-5.14.0-570.60.1.el9_6.x86_64" in warnings[0]
+
+
+# -- hosts side by side, deadlines, unreachable hosts, JUnit for Jenkins -----------------------
+JUNIT_10 = str(ROOT / "tests" / "data" / "junit-10.xsd")
+
+
+def outcome_of(name, *events, rc=0, stderr="", started=1_700_000_000.0, seconds=1.0):
+    from provision.hostpool import Outcome
+
+    stdout = "".join(json.dumps(e) + "\n" for e in events)
+    return Outcome(name, rc, stdout, stderr, seconds, started)
+
+
+def result_event(host, check, status="pass", detail=""):
+    return {"result": [host, check, "t", status, detail, [f"{check} read"], 0.25]}
+
+
+def test_worker_events_become_the_report():
+    from provision.verify import collect_report
+
+    report = collect_report(
+        ["gpu-a", "gpu-b", "gpu-c", "gpu-d"],
+        [
+            outcome_of(
+                "gpu-a", result_event("gpu-a", "os"), result_event("gpu-a", "gpus", "fail", "2 GPUs"), {"done": 1}
+            ),
+            outcome_of("gpu-b", {"unreachable": "ssh: connect to host 10.0.0.7 port 22: Connection refused"}),
+            outcome_of("gpu-c", result_event("gpu-c", "os"), rc=None, seconds=30.0),  # stopped at its deadline
+            outcome_of("gpu-d", rc=1, stderr="Traceback ...\nImportError: no module named testinfra\n"),
+        ],
+        host_timeout=30,
+    )
+    assert report.host_errors() == {
+        "gpu-b": "host unreachable: ssh: connect to host 10.0.0.7 port 22: Connection refused",
+        "gpu-c": "did not finish within 30 s (--host-timeout): stopped after 1 check(s); a command on the host "
+        "hangs (provision doctor reads the kernel log)",
+        "gpu-d": "the checks stopped (exit 1): ImportError: no module named testinfra",
+    }
+    assert [(r.host, r.check, r.status) for r in report.results] == [
+        ("gpu-a", "os", "pass"),
+        ("gpu-a", "gpus", "fail"),
+        ("gpu-c", "os", "pass"),
+    ]
+    assert report.exit_code == 1
+    doc = report.to_dict()
+    with open(f"{SCHEMA_DIR}/report.schema.json") as handle:
+        jsonschema.validate(doc, json.load(handle))
+    status = {h["host"]: (h["status"], h["error"]) for h in doc["hosts"]}
+    assert status["gpu-a"] == ("fail", None)
+    assert status["gpu-b"][0] == "error"
+    assert "CommandResult" not in json.dumps(doc)
+
+
+def test_a_host_stopped_before_any_check_is_unreachable():
+    from provision.verify import collect_report
+
+    report = collect_report(["gpu-x"], [outcome_of("gpu-x", rc=None, seconds=20.0)], host_timeout=20)
+    assert report.host_errors() == {"gpu-x": "host unreachable: no answer within 20 s (--host-timeout)"}
+
+
+def test_junit_is_valid_for_jenkins_one_suite_per_host(tmp_path):
+    """junit-10.xsd (Jenkins xUnit) and our schema: no skipped on <testsuites>, a <testsuite> per
+    host, a host error as an <error>, classnames whose only dot splits package from class."""
+    from xml.etree import ElementTree as ET
+
+    from provision.verify.report import HostRun
+
+    results = [
+        *sample_report().results,
+        CheckResult("gpu1.example.com", "os", "t", "pass", "", (), 0.1),
+        CheckResult("10.0.0.5", "os", "t", "skip", "no plan", (), 0.0),
+    ]
+    runs = {"gpu-x": HostRun("host unreachable: ssh: connect to host gpu-x port 22: No route to host", 1e9, 3.0)}
+    report = VerifyReport(["gpu-a", "gpu-b", "gpu1.example.com", "10.0.0.5", "gpu-x"], results, [], 1, runs)
+    path = tmp_path / "junit.xml"
+    path.write_text(report.junit())
+    xmlschema.XMLSchema(JUNIT_10).validate(str(path))
+    xmlschema.XMLSchema(f"{SCHEMA_DIR}/junit.xsd").validate(str(path))
+    root = ET.parse(path).getroot()
+    assert "skipped" not in root.attrib
+    suites = {s.get("name"): s for s in root.findall("testsuite")}
+    assert list(suites) == ["gpu-a", "gpu-b", "gpu1.example.com", "10.0.0.5", "gpu-x"]
+    for host, suite in suites.items():
+        for case in suite.findall("testcase"):
+            package, _, cls = case.get("classname").rpartition(".")
+            assert (package, cls) == ("provision-verify", host.replace(".", "_")), case.get("classname")
+    (unreachable,) = suites["gpu-x"].findall("testcase")
+    assert unreachable.find("error").get("message").startswith("host unreachable: ssh: connect")
+    assert suites["gpu-x"].get("errors") == "1"
+    assert root.get("errors") == "1"
+    assert int(root.get("tests")) == len(results) + 1
+
+
+def test_facts_under_a_budget_run_each_command_under_timeout(plans):
+    from provision.hostpool import Budget
+
+    host = FakeHost({"timeout --kill-after=5 ": Res(0, "ok")})
+    facts = HostFacts(host, Target("h", "ssh://h", plans["debian"]), budget=Budget(60), have_timeout=True)
+    assert facts.run("cat /etc/os-release").out == "ok"
+    (ran,) = host.ran
+    assert ran.startswith("timeout --kill-after=5 20 sh -c 'cat /etc/os-release' & p=$!\n")
+    assert "kill -KILL -$p" in ran
+    hung = HostFacts(FakeHost({"timeout ": Res(137)}), Target("h", "ssh://h", plans["debian"]), budget=Budget(60))
+    assert hung.run("nvidia-smi").timed_out == 20
+
+
+def test_a_hung_nvidia_smi_is_a_finding_with_the_kernel_log(plans):
+    from provision.verify.facts import Result
+
+    plan = plans["debian"]
+    facts = facts_for(plan, {})
+    facts.__dict__["kernel_log"] = ["[ 8412.4] NVRM: Xid (PCI:0000:17:00): 79, pid=0, GPU has fallen off the bus."]
+    facts.__dict__["smi"] = (Result(137, "", "", 13), [])
+    status, detail, evidence = outcome(check_driver.check_nvidia_smi, facts=facts, plan=plan)
+    assert status == "fail"
+    assert detail.startswith("nvidia-smi did not answer in 13 s: the GPU may have fallen off the bus")
+    assert "Xid (PCI:0000:17:00): 79" in detail
+    assert evidence == [f"kernel log: {facts.kernel_log[0]}"]
+    status, detail, _ = outcome(check_driver.check_gpus, facts=facts, plan=plan, target=facts.target)
+    assert (status, detail) == ("skip", "nvidia-smi did not answer in 13 s (see the nvidia-smi check)")
+
+
+def test_unreachable_host_is_one_error_line(cli, tmp_path):
+    """Nothing listens on port 1: one error for the host with ssh's reason, no check results,
+    no CommandResult repr; the JUnit file says the same and is valid for Jenkins."""
+    junit = tmp_path / "v.xml"
+    args = ("verify", "--host", "ssh://root@127.0.0.1:1", "--os", "debian12", "--gpu", "a100-pcie")
+    res = cli(*args, "--format", "json", "--junit", str(junit))
+    doc = json.loads(res.out)
+    assert res.code == 1
+    (host,) = doc["hosts"]
+    assert host["status"] == "error"
+    assert host["error"].startswith("host unreachable: ssh: connect to host 127.0.0.1 port 1:")
+    assert host["checks"] == []
+    xmlschema.XMLSchema(JUNIT_10).validate(str(junit))
+    table = cli(*args)
+    assert "CommandResult" not in table.out + table.err
+    assert "root@127.0.0.1:1: ERROR host unreachable: ssh: connect to host 127.0.0.1 port 1" in table.out
+
+
+def test_hung_nvidia_smi_on_this_machine_ends_within_the_deadline(cli, tmp_path, monkeypatch):
+    """An nvidia-smi that ignores SIGTERM (a GPU off the bus): the check fails naming the wait,
+    the host's run ends inside --host-timeout, the process group is gone."""
+    import time
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    pids = tmp_path / "pids"
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\necho $$ >> {pids}\ntrap '' TERM\nsleep 3600\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    t0 = time.monotonic()
+    res = cli("verify", "--local", "--os", "debian12", "--gpu", "a100-pcie", "--host-timeout", "20", "--format", "json")
+    wall = time.monotonic() - t0
+    doc = json.loads(res.out)
+    checks = {c["id"]: c for c in doc["hosts"][0]["checks"]}
+    assert checks["nvidia-smi"]["status"] == "fail"
+    assert "nvidia-smi did not answer in" in checks["nvidia-smi"]["detail"]
+    assert "fallen off the bus" in checks["nvidia-smi"]["detail"]
+    assert wall < 20 + 5, wall
+    for pid in pids.read_text().split():
+        stat = Path(f"/proc/{pid}/stat")
+        assert not stat.exists() or stat.read_text().split(") ")[1][0] == "Z", f"nvidia-smi {pid} still runs"

@@ -12,6 +12,8 @@ from provision.verify.checks import assert_packages, check, fail
 
 def _need_smi(facts):
     res, gpus = facts.smi
+    if res.timed_out is not None:
+        pytest.skip(f"nvidia-smi did not answer in {res.timed_out} s (see the nvidia-smi check)")
     if res.rc != 0:
         pytest.skip(f"nvidia-smi fails (see the nvidia-smi check): {res.text.splitlines()[0] if res.text else res.rc}")
     return gpus
@@ -20,6 +22,15 @@ def _need_smi(facts):
 @check("nvidia-smi", "nvidia-smi runs and reports the planned driver")
 def check_nvidia_smi(facts, plan, evidence):
     res, gpus = facts.smi
+    if res.timed_out is not None:
+        lines = facts.kernel_log
+        for line in lines:
+            evidence(f"kernel log: {line}")
+        last = f"; the kernel log's last GPU line: {lines[-1]}" if lines else "; the kernel log shows no GPU line"
+        fail(
+            f"nvidia-smi did not answer in {res.timed_out} s: the GPU may have fallen off the bus{last} "
+            "(provision doctor names the cause)"
+        )
     if res.rc != 0:
         first = res.text.splitlines()[0] if res.text else f"exit {res.rc}"
         evidence(f"nvidia-smi: exit {res.rc}: {first}")

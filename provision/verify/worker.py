@@ -1,0 +1,112 @@
+"""One host's checks in a process of its own: ``python -m provision.verify.worker``.
+
+`run_verify` starts one per host through provision.hostpool (a bounded pool, a deadline per
+host). The worker reads a pickled `Request` on stdin, first makes sure the host runs a command
+at all, then runs the checks with pytest.main, printing one JSON line per event as it happens,
+so that a host stopped at its deadline still reports the checks it finished:
+
+    {"result": [host, check, title, status, detail, [evidence...], seconds]}
+    {"unreachable": "ssh: connect to host 10.0.0.7 port 22: Connection refused"}
+    {"error": "collecting checks failed: ..."}
+    {"done": <pytest exit code>}
+
+The JSON lines go to the worker's original stdout; anything else the libraries print is sent
+to stderr, so it cannot be mistaken for a result.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import sys
+from typing import Any, NamedTuple, TextIO
+
+from provision.hostpool import Budget, connection_error, remote_command
+
+
+class Request(NamedTuple):
+    target: Any  # provision.verify.Target, hostvars as a plain dict
+    inventory: str | None
+    sudo: bool
+    ssh_identity_file: str | None
+    ssh_config: str | None
+    only: list[str] | None
+    host_timeout: float
+
+
+def probe(host, budget: Budget) -> tuple[str | None, bool]:
+    """(why the host runs no command, or None; whether it has coreutils timeout)."""
+    try:
+        res = host.run("command -v timeout || true")
+    except Exception as exc:
+        return connection_error(exc), False
+    if res.rc != 0:
+        lines = (res.stderr or res.stdout or "").strip().splitlines()
+        return (lines[-1].strip() if lines else f"exit {res.rc}"), False
+    have = bool(res.stdout.strip())
+    if have:
+        # the wrapper itself must work there (POSIX sh, kill -0 -PGID); if not, commands run
+        # bare and only the local deadline bounds them
+        check = host.run(remote_command("true", budget.command_timeout()))
+        have = check.rc == 0
+    return None, have
+
+
+def host_kwargs(request: Request) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"sudo": request.sudo}
+    if request.inventory:
+        kwargs["ansible_inventory"] = request.inventory
+    if request.ssh_identity_file:
+        kwargs["ssh_identity_file"] = request.ssh_identity_file
+    if request.ssh_config:
+        kwargs["ssh_config"] = request.ssh_config
+    return kwargs
+
+
+def run(request: Request, out: TextIO) -> int:
+    import testinfra
+
+    from provision.tools import tools_on_path
+    from provision.verify import run_checks
+
+    def emit(doc: dict[str, Any]) -> None:
+        out.write(json.dumps(doc) + "\n")
+        out.flush()
+
+    budget = Budget(request.host_timeout)
+    with tools_on_path():
+        try:
+            host = testinfra.get_host(request.target.spec, **host_kwargs(request))
+        except Exception as exc:
+            emit({"unreachable": connection_error(exc)})
+            return 0
+        why, have_timeout = probe(host, budget)
+        if why is not None:
+            emit({"unreachable": why})
+            return 0
+        rc = run_checks(
+            request.target,
+            inventory=request.inventory,
+            sudo=request.sudo,
+            ssh_identity_file=request.ssh_identity_file,
+            ssh_config=request.ssh_config,
+            only=request.only,
+            budget=budget,
+            have_timeout=have_timeout,
+            emit=emit,
+        )
+    emit({"done": rc})
+    return 0
+
+
+def main() -> int:
+    out = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)  # whatever else prints goes to stderr
+    sys.stdout = sys.stderr
+    request = pickle.load(sys.stdin.buffer)  # written by run_verify in the parent process
+    return run(request, out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""provision.hostpool: a bounded pool of per-host workers, each under a deadline that ends its
+whole process group, also children that ignore SIGTERM; the budget that shares a host's
+deadline among its commands; the remote command wrapper, run here for real."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from provision.hostpool import KILL_AFTER, KILL_GRACE, Budget, Job, remote_command, run_jobs, timed_out_rc
+
+
+def sleeper(seconds: float) -> list[str]:
+    return [sys.executable, "-c", f"import time; time.sleep({seconds}); print('done')"]
+
+
+def overlapping(outcomes) -> int:
+    """The most workers that ran at the same moment (from their start times and durations),
+    looked at 0.1 s after each start (a thread starts its next job as the last one ends)."""
+    spans = [(o.started, o.started + o.seconds) for o in outcomes]
+    return max(sum(1 for s, e in spans if s <= start + 0.1 < e) for start, _ in spans)
+
+
+def test_jobs_run_side_by_side_up_to_forks():
+    t0 = time.monotonic()
+    outcomes = run_jobs([Job(f"h{i}", sleeper(1.0)) for i in range(3)], forks=3, timeout=30)
+    wall = time.monotonic() - t0
+    assert [o.name for o in outcomes] == ["h0", "h1", "h2"], "outcomes keep the jobs' order"
+    assert all(o.rc == 0 and o.stdout.strip() == "done" for o in outcomes)
+    assert overlapping(outcomes) == 3
+    assert wall < 2.5, f"3 one-second jobs with forks=3 took {wall:.1f} s"
+
+
+def test_forks_bounds_how_many_run_at_once():
+    outcomes = run_jobs([Job(f"h{i}", sleeper(0.6)) for i in range(4)], forks=2, timeout=30)
+    assert overlapping(outcomes) == 2
+    assert all(o.rc == 0 for o in outcomes)
+
+
+def test_a_job_past_its_deadline_is_ended_with_its_group(tmp_path):
+    """The worker and its grandchild both ignore SIGTERM: SIGKILL to the group ends them; what the
+    worker printed before its deadline comes back."""
+    pidfile = tmp_path / "grandchild.pid"
+    script = f"trap '' TERM; (trap '' TERM; exec sleep 300) & echo $! > {pidfile}; echo 'check 1 done'; wait"
+    t0 = time.monotonic()
+    (outcome,) = run_jobs([Job("hung", ["sh", "-c", script])], forks=1, timeout=1)
+    wall = time.monotonic() - t0
+    assert outcome.timed_out
+    assert outcome.rc is None
+    assert "check 1 done" in outcome.stdout
+    assert wall < 1 + 2 * KILL_GRACE + 2
+    pid = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and alive(pid):
+        time.sleep(0.1)
+    assert not alive(pid), "the grandchild outlived its worker's deadline"
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split(") ", 1)[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_no_jobs_is_no_outcomes():
+    assert run_jobs([], timeout=1) == []
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_budget_gives_each_command_a_share_never_past_the_deadline():
+    clock = Clock()
+    budget = Budget(120, clock=clock)
+    # a third of the host's timeout: one hung command leaves time for the others
+    assert budget.command_timeout() == 40
+    clock.now += 60
+    # 120 - reserve (kill-after, grace, 1) - 60 s spent = 52 left; minus the command's kill-after
+    assert budget.remaining() == pytest.approx(120 - (KILL_AFTER + KILL_GRACE + 1) - 60)
+    assert budget.command_timeout() == 40
+    clock.now += 40
+    assert budget.command_timeout() == round(budget.remaining() - KILL_AFTER)
+    clock.now += 30
+    assert budget.command_timeout() == 0, "past the deadline nothing more runs"
+    # the smallest host timeout still gives its first command a few seconds
+    assert Budget(15, clock=clock).command_timeout() == 15 - (KILL_AFTER + KILL_GRACE + 1) - KILL_AFTER
+
+
+def test_a_command_and_its_kill_after_end_before_the_deadline():
+    for seconds in (15, 30, 60, 120, 600):
+        clock = Clock()
+        budget = Budget(seconds, clock=clock)
+        used = 0.0
+        while (t := budget.command_timeout()) > 0:
+            used += t + KILL_AFTER  # every command hangs until SIGKILL
+            clock.now += t + KILL_AFTER
+            assert used <= seconds - KILL_GRACE, (seconds, used)
+
+
+def test_remote_command_kills_a_child_that_ignores_sigterm():
+    """SIGTERM at the limit, SIGKILL KILL_AFTER later, to the whole group."""
+    command = remote_command("trap '' TERM; sleep 300 & wait", 1)
+    t0 = time.monotonic()
+    proc = subprocess.run(["sh", "-c", command], capture_output=True, timeout=30, check=False)
+    wall = time.monotonic() - t0
+    assert timed_out_rc(proc.returncode), proc.returncode
+    assert 1 + KILL_AFTER - 0.5 < wall < 1 + KILL_AFTER + 3
+
+
+def test_remote_command_kills_a_grandchild_that_ignores_sigterm(tmp_path):
+    """A hung tool started by a script (the shell dies of SIGTERM, the tool ignores it): timeout
+    alone would return and leave it running; the group's SIGKILL ends it."""
+    pidfile = tmp_path / "tool.pid"
+    tool = f"sh -c \"echo \\$\\$ > {pidfile}; trap '' TERM; exec sleep 300\""
+    t0 = time.monotonic()
+    proc = subprocess.run(["sh", "-c", remote_command(tool, 1)], capture_output=True, timeout=30, check=False)
+    wall = time.monotonic() - t0
+    assert timed_out_rc(proc.returncode), (proc.returncode, proc.stderr)
+    assert wall < 1 + KILL_AFTER + 3
+    pid = int(pidfile.read_text())
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline and alive(pid):
+        time.sleep(0.1)
+    assert not alive(pid), "the tool that ignored SIGTERM outlived the command's limit"
+
+
+def test_remote_command_quotes_the_command_and_passes_its_status():
+    command = remote_command("printf '%s\\n' \"it's\" ; exit 3", 10)
+    proc = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=30, check=False)
+    assert (proc.returncode, proc.stdout) == (3, "it's\n")
+    assert remote_command("true", 10, have_timeout=False) == "true"
+    assert not timed_out_rc(3)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="needs /proc")
+def test_interrupt_ends_running_jobs(tmp_path, monkeypatch):
+    """Ctrl-C in the parent (any exception in a waiting thread) ends every running worker's group."""
+    pidfile = tmp_path / "w.pid"
+    calls = []
+
+    def boom(outcome):
+        calls.append(outcome.name)
+        raise KeyboardInterrupt
+
+    jobs = [
+        Job("quick", ["sh", "-c", "sleep 0.5"]),
+        Job("slow", ["sh", "-c", f"echo $$ > {pidfile}; exec sleep 300"]),
+    ]
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        run_jobs(jobs, forks=2, timeout=60, on_done=boom)
+    assert time.monotonic() - t0 < 10
+    deadline = time.monotonic() + 5
+    while not pidfile.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pid = int(pidfile.read_text())
+    while time.monotonic() < deadline and alive(pid):
+        time.sleep(0.1)
+    assert not alive(pid)
