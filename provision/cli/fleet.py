@@ -82,7 +82,11 @@ class LiveProgress:
     help="Fleet file: inventory group -> plan request or lock.",
 )
 @click.option("--limit", help="Ansible host pattern to restrict the run to.")
-@click.option("--tags", help="Only run tasks with these Ansible tags.")
+@click.option(
+    "--tags",
+    help="Only run these roles: driver, container_runtime, mig (comma-separated; the checks, preflight, "
+    "health gate and run lock always run, and such a run records no converged state).",
+)
 @click.option("--check", is_flag=True, help="Dry run: report what would change, change nothing.")
 @click.option("--diff", is_flag=True, help="Show file differences.")
 @click.option("--serial", metavar="N|N%", help="Provision hosts in batches of N or N% (default 20%).")

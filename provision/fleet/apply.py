@@ -80,6 +80,8 @@ def prepare(request: ApplyRequest, *, matrix_loader: Callable[[], Any], playbook
         )
     if request.max_fail_percentage is not None and not 0 <= request.max_fail_percentage <= 100:
         raise InputError("--max-fail-percentage must be between 0 and 100", hint="e.g. --max-fail-percentage 20")
+    if request.tags is not None:
+        check_tags(request.tags, playbooks)
     inventory, plans, groups, problems = check_run(request.inventory, request.plan, request.fleet, matrix_loader)
     if problems:
         first = problems[0]
@@ -126,6 +128,60 @@ def prepare(request: ApplyRequest, *, matrix_loader: Callable[[], Any], playbook
             extravars[f"provision_{key}"] = value
     extravars.update(request.extra_vars)
     return Prepared(inventory, plans, extravars, run_dir)
+
+
+# provision.gpu.site inside the playbooks directory (site.yml there imports it).
+SITE_PLAYBOOK = os.path.join("collections", "ansible_collections", "provision", "gpu", "playbooks", "site.yml")
+# Tags Ansible itself understands in --tags.
+_SPECIAL_TAGS = frozenset({"all", "tagged", "untagged"})
+
+
+def site_tags(playbooks: str) -> frozenset[str] | None:
+    """The tags provision.gpu.site and its roles' task files declare (``always``/``never`` aside), or
+    None where the playbooks directory has another layout (then --tags goes to Ansible unchecked)."""
+    import yaml
+
+    collection = os.path.dirname(os.path.dirname(os.path.join(playbooks, SITE_PLAYBOOK)))
+    files = [os.path.join(playbooks, SITE_PLAYBOOK)]
+    roles = os.path.join(collection, "roles")
+    if os.path.isdir(roles):
+        for role in sorted(os.listdir(roles)):
+            tasks = os.path.join(roles, role, "tasks")
+            if os.path.isdir(tasks):
+                files += [os.path.join(tasks, f) for f in sorted(os.listdir(tasks)) if f.endswith((".yml", ".yaml"))]
+    found: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            tags = node.get("tags")
+            found.update([tags] if isinstance(tags, str) else [t for t in tags or () if isinstance(t, str)])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    try:
+        for path in files:
+            with open(path, encoding="utf-8") as handle:
+                walk(yaml.safe_load(handle))
+    except (OSError, yaml.YAMLError):
+        return None
+    return frozenset(found - {"always", "never"})
+
+
+def check_tags(tags: str, playbooks: str) -> None:
+    """--tags names tags the playbook has: a misspelt tag would run the always-tasks and nothing else."""
+    names = [t.strip() for t in tags.split(",")]
+    known = site_tags(playbooks)
+    if known is None:
+        return
+    choices = ", ".join(sorted(known))
+    if not all(names):
+        raise InputError(f"--tags {tags!r} has an empty tag", hint=f"a comma-separated list of: {choices}")
+    unknown = [n for n in names if n not in known and n not in _SPECIAL_TAGS]
+    if unknown:
+        raise InputError(f"--tags: the playbook has no tag {', '.join(map(repr, unknown))}", hint=f"tags: {choices}")
 
 
 def load_plans(

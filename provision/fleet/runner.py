@@ -11,7 +11,9 @@ from provision.errors import ToolingError
 from provision.fleet.extravars import dump_unsafe_yaml
 from provision.tools import tool_path
 
-REBOOT_TASK = "Reboot to activate the new driver."
+# A host counts as rebooted when a task run by Ansible's reboot module says it rebooted, whatever
+# the task is called (the event's resolved_action is the module's full name).
+REBOOT_ACTIONS = frozenset({"ansible.builtin.reboot", "ansible.legacy.reboot"})
 
 
 class HostResult(NamedTuple):
@@ -100,6 +102,12 @@ def _message(res: dict[str, Any]) -> str:
     return " ".join(text.split())[:400]
 
 
+def is_reboot(event_data: dict[str, Any]) -> bool:
+    """Whether a runner_on_ok event is a reboot that happened: the reboot module, rebooted: true."""
+    action = event_data.get("resolved_action") or event_data.get("task_action") or ""
+    return action in REBOOT_ACTIONS and (event_data.get("res") or {}).get("rebooted") is True
+
+
 def run_playbook(
     *,
     run_dir: str,
@@ -133,7 +141,7 @@ def run_playbook(
             kind = "task"
         elif name == "runner_on_ok":
             kind = "changed" if data.get("res", {}).get("changed") else "ok"
-            if task == REBOOT_TASK and data.get("res", {}).get("rebooted"):
+            if is_reboot(data):
                 rebooted.add(host)
         elif name == "runner_on_failed" and not data.get("ignore_errors"):
             kind = "failed"

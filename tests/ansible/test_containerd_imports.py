@@ -7,9 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import ROOT
-
-PLAYBOOKS = ROOT / "playbooks"
+from paths import COLLECTIONS
 
 
 def run_containerd_step(tmp_path: Path, config: str | None) -> subprocess.CompletedProcess:
@@ -19,12 +17,11 @@ def run_containerd_step(tmp_path: Path, config: str | None) -> subprocess.Comple
     play = tmp_path / "play.yml"
     play.write_text(
         "- hosts: localhost\n  connection: local\n  gather_facts: false\n  tasks:\n"
-        "    - ansible.builtin.import_role:\n        name: container_runtime\n        tasks_from: containerd\n"
+        "    - ansible.builtin.import_role:\n        name: provision.gpu.container_runtime\n        tasks_from: containerd\n"
     )
     env = {
         **os.environ,
-        "ANSIBLE_ROLES_PATH": str(PLAYBOOKS / "roles"),
-        "ANSIBLE_COLLECTIONS_PATH": str(PLAYBOOKS / "collections"),
+        "ANSIBLE_COLLECTIONS_PATH": str(COLLECTIONS),
         "ANSIBLE_NOCOLOR": "1",
     }
     return subprocess.run(

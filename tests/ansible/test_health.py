@@ -3,11 +3,9 @@
 import importlib.util
 
 import pytest
-from support import ROOT
+from paths import MODULES
 
-spec = importlib.util.spec_from_file_location(
-    "health", ROOT / "playbooks/collections/ansible_collections/provision/gpu/plugins/modules/health.py"
-)
+spec = importlib.util.spec_from_file_location("health", MODULES / "health.py")
 health = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(health)
 

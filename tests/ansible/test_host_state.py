@@ -3,11 +3,9 @@
 import importlib.util
 
 import pytest
-from support import ROOT
+from paths import MODULES
 
-spec = importlib.util.spec_from_file_location(
-    "host_state", ROOT / "playbooks/collections/ansible_collections/provision/gpu/plugins/modules/host_state.py"
-)
+spec = importlib.util.spec_from_file_location("host_state", MODULES / "host_state.py")
 host_state = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(host_state)
 

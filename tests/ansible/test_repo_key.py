@@ -9,9 +9,7 @@ from pathlib import Path
 
 import pytest
 from harness.fakegpu import Key, RecordingServer
-from support import ROOT
-
-COLLECTIONS = ROOT / "playbooks" / "collections"
+from paths import COLLECTIONS
 
 
 @pytest.fixture(scope="module")

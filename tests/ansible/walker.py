@@ -13,10 +13,9 @@ from ansible.errors import AnsibleError
 from ansible.parsing.dataloader import DataLoader
 from ansible.plugins.loader import init_plugin_loader
 from ansible.template import Templar, trust_as_template
-from support import ROOT
+from paths import COLLECTIONS, ROLES
 
-ROLES = ROOT / "playbooks" / "roles"
-init_plugin_loader([str(ROOT / "playbooks" / "collections")])
+init_plugin_loader([str(COLLECTIONS)])
 
 FACTS = {
     "ubuntu22.04": {
@@ -75,6 +74,9 @@ class Walk:
                 **{f"ansible_{k}": v for k, v in facts.items()},
             }
         )
+        role_vars = self.dir / "vars" / "main.yml"  # loaded with the role, above its defaults
+        if role_vars.is_file():
+            self.vars.update(trust(yaml.safe_load(role_vars.read_text()) or {}))
         self.vars.update(extravars)
         self.vars.update(overrides or {})
         self.selected: list[dict[str, Any]] = []
@@ -141,7 +143,22 @@ class Walk:
             if module == "ansible.builtin.include_tasks":
                 name = self.render(args) if isinstance(args, str) else self.render(args["file"])
                 self.selected.append({"file": file, "name": task.get("name"), "module": module, "args": name})
-                self._tasks(yaml.safe_load((self.dir / "tasks" / name).read_text()) or [], name, task_vars)
+                included = yaml.safe_load((self.dir / "tasks" / name).read_text()) or []
+                if "loop" not in task:
+                    self._tasks(included, name, task_vars)
+                    continue
+                loop_var = (task.get("loop_control") or {}).get("loop_var", "item")
+                saved = dict(self.vars)
+                self.vars.update(task_vars)
+                try:
+                    items = self.render(task["loop"])
+                except AnsibleError:  # the loop depends on a result registered at run time: once, unlooped
+                    self._tasks(included, name, task_vars)
+                    continue
+                finally:
+                    self.vars = saved
+                for item in items:  # once per item, as Ansible includes it
+                    self._tasks(included, name, {**task_vars, loop_var: item})
                 continue
             self.selected.append(
                 {

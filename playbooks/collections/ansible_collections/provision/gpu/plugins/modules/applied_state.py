@@ -45,7 +45,26 @@ options:
     type: path
     default: /var/lib/provision/applied.json
     description: Where the record is kept.
-author: provision maintainers
+author: provision maintainers (!UNKNOWN)
+"""
+
+EXAMPLES = r"""
+- name: Compare the host with the state recorded by the last run.
+  provision.gpu.applied_state:
+    mode: check
+    inputs_digest: "{{ provision_run_inputs_digest }}"
+    packages: [nvidia-open, nvidia-container-toolkit]
+    services: [nvidia-persistenced, docker]
+    files: [/etc/docker/daemon.json, /etc/apt/sources.list.d/provision-*.list]
+  register: provision_applied
+
+- name: Record the converged state for the next run.
+  provision.gpu.applied_state:
+    mode: record
+    inputs_digest: "{{ provision_run_inputs_digest }}"
+    packages: [nvidia-open, nvidia-container-toolkit]
+    services: [nvidia-persistenced, docker]
+    files: [/etc/docker/daemon.json, /etc/apt/sources.list.d/provision-*.list]
 """
 
 RETURN = r"""
@@ -72,8 +91,8 @@ from ansible.module_utils.basic import AnsibleModule
 def _run(argv):
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
-    except OSError:
-        return ""
+    except (OSError, subprocess.TimeoutExpired):
+        return ""  # an unreadable state never matches the record: the host gets the full run
     return proc.stdout
 
 
@@ -133,7 +152,7 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    digest, _ = state_digest(p["packages"], p["services"], p["files"])
+    digest = state_digest(p["packages"], p["services"], p["files"])[0]
     record = {"inputs_digest": p["inputs_digest"], "state_digest": digest}
     try:
         with open(p["state_file"], encoding="utf-8") as handle:

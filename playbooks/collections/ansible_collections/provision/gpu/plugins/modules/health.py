@@ -48,7 +48,16 @@ options:
     type: int
     default: 60
     description: Seconds each command may take.
-author: provision maintainers
+author: provision maintainers (!UNKNOWN)
+"""
+
+EXAMPLES = r"""
+- name: Check the host's health before it returns to service.
+  provision.gpu.health:
+    planned_version: "{{ provision_driver_version }}"
+    gpus: 8
+    services: [nvidia-persistenced, nvidia-fabricmanager, docker]
+    docker_runtime: true
 """
 
 RETURN = r"""

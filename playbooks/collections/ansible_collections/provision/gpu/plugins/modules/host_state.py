@@ -60,7 +60,20 @@ options:
     description: Where the kernels that can boot are (vmlinuz-*), to find the one the next boot starts.
     type: path
     default: /boot
-author: provision maintainers
+author: provision maintainers (!UNKNOWN)
+"""
+
+EXAMPLES = r"""
+- name: Read the host's GPUs, Secure Boot state and loaded driver.
+  provision.gpu.host_state:
+  register: gpu_host
+
+- name: Decide how to activate a newly installed driver.
+  provision.gpu.host_state:
+    reboot_policy: auto
+    planned_version: "{{ provision_driver_version }}"
+    driver_changed: true
+  register: activation
 """
 
 RETURN = r"""
@@ -73,9 +86,11 @@ secure_boot:
   type: str
   returned: always
 nvidia_loaded:
+  description: Whether the nvidia kernel module is loaded.
   type: bool
   returned: always
 nouveau_loaded:
+  description: Whether the nouveau kernel module (which blocks the NVIDIA driver) is loaded.
   type: bool
   returned: always
 loaded_version:
@@ -116,6 +131,7 @@ action:
   type: str
   returned: when reboot_policy is given
 reason:
+  description: Why the action was chosen, in a line.
   type: str
   returned: when reboot_policy is given
 """

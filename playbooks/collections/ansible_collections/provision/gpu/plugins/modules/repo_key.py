@@ -37,7 +37,7 @@ options:
     type: int
     default: 30
     description: Seconds the download, and each gpg call, may take.
-author: provision maintainers
+author: provision maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

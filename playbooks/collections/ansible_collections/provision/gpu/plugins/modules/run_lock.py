@@ -36,7 +36,20 @@ options:
     type: path
     default: /var/lib/provision/apply.lock
     description: The lock file.
-author: provision maintainers
+author: provision maintainers (!UNKNOWN)
+"""
+
+EXAMPLES = r"""
+- name: Take this host's run lock (refused while another run holds it).
+  provision.gpu.run_lock:
+    state: acquired
+    run_id: 20260101T000000Z-abc123
+    controller: "{{ lookup('ansible.builtin.pipe', 'hostname') }}"
+
+- name: Give back this host's run lock.
+  provision.gpu.run_lock:
+    state: released
+    run_id: 20260101T000000Z-abc123
 """
 
 RETURN = r"""

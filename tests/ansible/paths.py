@@ -1,0 +1,10 @@
+"""Where the Ansible content lives: the provision.gpu collection, kept beside the playbooks."""
+
+from support import ROOT
+
+PLAYBOOKS = ROOT / "playbooks"  # site.yml / release-lock.yml (wrappers), ansible.cfg
+COLLECTIONS = PLAYBOOKS / "collections"  # an ANSIBLE_COLLECTIONS_PATH entry
+COLLECTION = COLLECTIONS / "ansible_collections" / "provision" / "gpu"
+ROLES = COLLECTION / "roles"
+MODULES = COLLECTION / "plugins" / "modules"
+SITE = COLLECTION / "playbooks" / "site.yml"  # provision.gpu.site
