@@ -62,24 +62,13 @@ def ci_group():
 @click.option(
     "--out", default=".github/workflows/provision-images.yml", show_default=True, type=click.Path(dir_okay=False)
 )
-def ci_github_cmd(*, plans, plans_dir, variant, locks, relock, base_digests, repo, push, default_branch, out):
+def ci_github_cmd(*, plans, plans_dir, out, **options):
     """Write a GitHub Actions workflow: one BuildKit job per distinct image (plans that render the
     same build context share it), with a layer cache, SBOM and provenance, actions pinned by commit."""
     from provision.images.ci import github_workflow, repository_root
 
     check_output(out, "--out")
-    text, new_locks = github_workflow(
-        list(plans),
-        plans_dir,
-        variant=variant,
-        repo=repo,
-        push=push,
-        out=out,
-        default_branch=default_branch,
-        locks=locks,
-        relock=relock,
-        base_digests=base_digests,
-    )
+    text, new_locks = github_workflow(list(plans), plans_dir, out=out, **options)
     write_pipeline(out, text, new_locks, repository_root(out, (".github", "workflows")))
     click.echo(out)
     return 0
@@ -100,7 +89,7 @@ def ci_github_cmd(*, plans, plans_dir, variant, locks, relock, base_digests, rep
     help="Job image instead of the catalogue's (python, docker), pinned by digest.",
 )
 @click.option("--out", default=".gitlab-ci.yml", show_default=True, type=click.Path(dir_okay=False))
-def ci_gitlab_cmd(*, plans, plans_dir, variant, locks, relock, base_digests, repo, push, default_branch, images, out):
+def ci_gitlab_cmd(*, plans, plans_dir, images, out, **options):
     """Write a .gitlab-ci.yml: per distinct image, render -> BuildKit build (docker:dind) -> image lock,
     with job images pinned by digest, a registry layer cache, SBOM and provenance."""
     from provision.images.ci import gitlab_pipeline
@@ -114,19 +103,7 @@ def ci_gitlab_cmd(*, plans, plans_dir, variant, locks, relock, base_digests, rep
                 f"--image {item!r} is not NAME=REF", hint="e.g. --image docker=docker:29.8.0-dind@sha256:…"
             )
         overrides[name] = ref
-    text, new_locks = gitlab_pipeline(
-        list(plans),
-        plans_dir,
-        variant=variant,
-        repo=repo,
-        push=push,
-        out=out,
-        default_branch=default_branch,
-        images=overrides,
-        locks=locks,
-        relock=relock,
-        base_digests=base_digests,
-    )
+    text, new_locks = gitlab_pipeline(list(plans), plans_dir, out=out, images=overrides, **options)
     write_pipeline(out, text, new_locks, os.path.dirname(os.path.abspath(out)))
     click.echo(out)
     return 0

@@ -1,4 +1,4 @@
-"""`provision render`, `provision build`, `provision pin-base` and `provision ci github`."""
+"""`provision render`, `provision build` and `provision pin-base` (the pipelines are in cli/ci.py)."""
 
 import os
 import sys
@@ -6,6 +6,21 @@ import sys
 import click
 
 from provision.cli.common import check_output, default_variant, load_matrix, load_plan, plan_source
+
+
+def lock_options(func):
+    """--lock-file and --index-url: where a framework image's requirements.lock comes from."""
+    func = click.option(
+        "--index-url",
+        metavar="URL",
+        envvar="PROVISION_INDEX_URL",
+        help="Resolve the lock from this package index (a PyPI mirror) instead of pypi.org (env: PROVISION_INDEX_URL).",
+    )(func)
+    return click.option(
+        "--lock-file",
+        type=click.Path(dir_okay=False),
+        help="Reuse this requirements.lock byte for byte (checked: hash-pinned lines only, agrees with the plan).",
+    )(func)
 
 
 @click.command("render")
@@ -18,17 +33,7 @@ from provision.cli.common import check_output, default_variant, load_matrix, loa
     "--templates", type=click.Path(file_okay=False), help="Your templates; they may extend ours as provision/<path>."
 )
 @click.option("--base-image", metavar="REF", help="FROM this instead (a mirror, or nvidia/cuda@sha256:…).")
-@click.option(
-    "--lock-file",
-    type=click.Path(dir_okay=False),
-    help="Reuse this requirements.lock byte for byte (checked: hash-pinned lines only, agrees with the plan).",
-)
-@click.option(
-    "--index-url",
-    metavar="URL",
-    envvar="PROVISION_INDEX_URL",
-    help="Resolve the lock from this package index (a PyPI mirror) instead of pypi.org (env: PROVISION_INDEX_URL).",
-)
+@lock_options
 @click.option("--platform", metavar="OS/ARCH", help="Resolve the lock for linux/amd64 (default) or linux/arm64.")
 @click.pass_context
 def render_cmd(
@@ -107,17 +112,7 @@ def render_cmd(
     type=click.Path(dir_okay=False),
     help="FROM the plan's nvidia/cuda tag at the digest pinned in FILE (provision pin-base); pulled by digest.",
 )
-@click.option(
-    "--lock-file",
-    type=click.Path(dir_okay=False),
-    help="Reuse this requirements.lock byte for byte (checked: hash-pinned lines only, agrees with the plan).",
-)
-@click.option(
-    "--index-url",
-    metavar="URL",
-    envvar="PROVISION_INDEX_URL",
-    help="Resolve the lock from this package index instead of pypi.org (env: PROVISION_INDEX_URL).",
-)
+@lock_options
 @click.option("--cache-from", metavar="REF", multiple=True, help="Images to use as a build cache.")
 @click.option("--no-cache", is_flag=True, help="Do not use the build cache.")
 @click.option("--templates", type=click.Path(file_okay=False), help="Your templates; they may extend ours.")

@@ -268,7 +268,13 @@ def image_lock(
 def write_image_lock(path: str, **fields: Any) -> dict[str, Any]:
     """Write the image lock atomically (a partial lock is never left behind)."""
     doc = image_lock(**fields)
-    fd, staging = tempfile.mkstemp(prefix=".image-lock-", dir=os.path.dirname(os.path.abspath(path)))
+    write_json(path, doc, what="--image-lock", hint="choose a writable path")
+    return doc
+
+
+def write_json(path: str, doc: Any, *, what: str, hint: str) -> None:
+    """A JSON document written whole or not at all (staged beside it, then renamed)."""
+    fd, staging = tempfile.mkstemp(prefix=".provision-", suffix=".json", dir=os.path.dirname(os.path.abspath(path)))
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             json.dump(doc, handle, indent=2)
@@ -276,5 +282,4 @@ def write_image_lock(path: str, **fields: Any) -> dict[str, Any]:
         os.replace(staging, path)
     except OSError as exc:
         os.unlink(staging)
-        raise InputError(f"cannot write --image-lock {path}: {exc.strerror}", hint="choose a writable path") from None
-    return doc
+        raise InputError(f"cannot write {what} {path}: {exc.strerror}", hint=hint) from None

@@ -47,6 +47,19 @@ class Job(NamedTuple):
     lock: str | None = None  # the committed requirements.lock the job renders with (repository-relative)
     base: str | None = None  # FROM this (nvidia/cuda:<tag>@sha256:…) instead of the plan's tag
 
+    def variables(self) -> dict[str, str]:
+        """What the pipeline hands the job's scripts (as environment variables, never as script text)."""
+        return {
+            "name": self.name,
+            "plan": self.plan,
+            "plans": " ".join(self.plans),
+            "variant": self.variant,
+            "lock": self.lock or "",
+            "base": self.base or "",
+            "content": self.content,
+            "tags": " ".join(self.tags),
+        }
+
 
 def load_actions(directory: str | None = None) -> dict[str, Any]:
     """compat/ci_actions.yaml, checked against its schema: {"actions": {...}, "images": {...}}."""
@@ -437,19 +450,7 @@ def github_workflow(
             "with": {"name": "image-lock-${{ matrix.name }}", "path": "image-lock/${{ matrix.name }}.json"},
         },
     ]
-    include = [
-        {
-            "name": job.name,
-            "plan": job.plan,
-            "plans": " ".join(job.plans),
-            "variant": job.variant,
-            "lock": job.lock or "",
-            "base": job.base or "",
-            "content": job.content,
-            "tags": " ".join(job.tags),
-        }
-        for job in jobs
-    ]
+    include = [job.variables() for job in jobs]
     paths = [*sorted({p for job in jobs for p in job.plans} | {job.lock for job in jobs if job.lock}), TOOL_LOCK]
     doc = {
         "name": "provision images",
@@ -633,16 +634,7 @@ def gitlab_pipeline(
         },
     }
     for job in jobs:
-        variables = {
-            "NAME": job.name,
-            "PLAN": job.plan,
-            "PLANS": " ".join(job.plans),
-            "VARIANT": job.variant,
-            "LOCK": job.lock or "",
-            "BASE": job.base or "",
-            "CONTENT": job.content,
-            "TAGS": " ".join(job.tags),
-        }
+        variables = {key.upper(): value for key, value in job.variables().items()}
         doc[f"render:{job.name}"] = {"extends": ".render", "variables": variables}
         build: dict[str, Any] = {"extends": ".build", "variables": variables, "needs": [f"render:{job.name}"]}
         lock: dict[str, Any] = {

@@ -19,7 +19,6 @@ import datetime as dt
 import json
 import os
 import re
-import tempfile
 from functools import cache
 from typing import Any, NamedTuple
 
@@ -206,16 +205,9 @@ def write_pins(path: str, pins: list[BasePin], *, merge: bool = True) -> dict[st
     current.update({p.tag: p for p in pins})
     doc = {"schema": SCHEMA_VERSION, "images": {t: current[t].to_dict() for t in sorted(current)}}
     check_pins(doc, "base-digest file")  # what we write is what we accept
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, staging = tempfile.mkstemp(prefix=".base-digests-", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(doc, handle, indent=2)
-            handle.write("\n")
-        os.replace(staging, path)
-    except OSError as exc:
-        os.unlink(staging)
-        raise InputError(f"cannot write {path}: {exc.strerror}", hint="choose a writable --out") from None
+    from provision.images.build import write_json
+
+    write_json(path, doc, what="the base-digest file", hint="choose a writable --out")
     return current
 
 
