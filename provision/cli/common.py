@@ -1,6 +1,7 @@
 """What the command groups share: the catalogue (loaded once per command, from --compat-dir or
 the built-in data) and the plan options of render, build and verify."""
 
+import functools
 import os
 
 import click
@@ -48,7 +49,8 @@ def matrix_loader(ctx: click.Context):
 
 
 def plan_source(f):
-    """--plan FILE, or the plan flags of `provision plan`."""
+    """--plan FILE, or the plan flags of `provision plan`; the command receives them as one
+    `plan_args` keyword (load_plan(ctx, **plan_args))."""
     options = [
         click.option(
             "--plan", "plan_file", type=click.Path(dir_okay=False), help="Plan lock file (provision plan --lock)."
@@ -61,9 +63,19 @@ def plan_source(f):
         click.option("--framework", metavar="NAME[==VERSION]", help="Plan pin: framework."),
         click.option("--policy", type=click.Choice(["lts", "latest"]), default="lts", show_default=True),
     ]
+
+    @functools.wraps(f)
+    def with_plan_args(*args, **kwargs):
+        plan_args = {key: kwargs.pop(key) for key in PLAN_KEYS}
+        return f(*args, plan_args=plan_args, **kwargs)
+
     for option in reversed(options):
-        f = option(f)
-    return f
+        with_plan_args = option(with_plan_args)
+    return with_plan_args
+
+
+# the keyword arguments plan_source's options give, handed on together as `plan_args`
+PLAN_KEYS = ("plan_file", "os_id", "gpu", "driver", "cuda", "cudnn", "framework", "policy")
 
 
 def load_plan(ctx, *, plan_file, os_id, gpu, driver, cuda, cudnn, framework, policy):

@@ -39,14 +39,7 @@ def lock_options(func):
 def render_cmd(
     ctx,
     *,
-    plan_file,
-    os_id,
-    gpu,
-    driver,
-    cuda,
-    cudnn,
-    framework,
-    policy,
+    plan_args,
     variant,
     out,
     templates,
@@ -65,17 +58,7 @@ def render_cmd(
     from provision.images.pylock import LOCK_NAME, PackageIndex
     from provision.images.render import render_image, write_context
 
-    plan = load_plan(
-        ctx,
-        plan_file=plan_file,
-        os_id=os_id,
-        gpu=gpu,
-        driver=driver,
-        cuda=cuda,
-        cudnn=cudnn,
-        framework=framework,
-        policy=policy,
-    )
+    plan = load_plan(ctx, **plan_args)
     rendered = render_image(
         plan,
         default_variant(plan, variant),
@@ -127,14 +110,7 @@ def render_cmd(
 def build_cmd(
     ctx,
     *,
-    plan_file,
-    os_id,
-    gpu,
-    driver,
-    cuda,
-    cudnn,
-    framework,
-    policy,
+    plan_args,
     variant,
     repo_tag,
     push,
@@ -178,17 +154,7 @@ def build_cmd(
     if base_image and base_digests:
         raise InputError("give either --base-image or --base-digests, not both", hint="see provision build --help")
 
-    plan = load_plan(
-        ctx,
-        plan_file=plan_file,
-        os_id=os_id,
-        gpu=gpu,
-        driver=driver,
-        cuda=cuda,
-        cudnn=cudnn,
-        framework=framework,
-        policy=policy,
-    )
+    plan = load_plan(ctx, **plan_args)
     variant = default_variant(plan, variant)
     plan_tag = pin.base_tag(plan, variant, templates)
     if base_digests:
@@ -268,9 +234,7 @@ def build_cmd(
     help="The base-digest file to write or update (read by provision build --base-digests).",
 )
 @click.pass_context
-def pin_base_cmd(
-    ctx, *, plan_file, os_id, gpu, driver, cuda, cudnn, framework, policy, variants, templates, registry, out
-):
+def pin_base_cmd(ctx, *, plan_args, variants, templates, registry, out):
     """Resolve the plan's nvidia/cuda tags to their registry digests and record them.
 
     Asks the registry through the Docker engine (the engine's credentials apply) for each tag's
@@ -286,17 +250,7 @@ def pin_base_cmd(
     check_output(out, "--out")
     if registry is not None:
         pin.source_ref("nvidia/cuda:x", registry)  # refuse a malformed --registry before any work
-    plan = load_plan(
-        ctx,
-        plan_file=plan_file,
-        os_id=os_id,
-        gpu=gpu,
-        driver=driver,
-        cuda=cuda,
-        cudnn=cudnn,
-        framework=framework,
-        policy=policy,
-    )
+    plan = load_plan(ctx, **plan_args)
     tags = [pin.base_tag(plan, v, templates) for v in variants] if variants else list(plan.images.values())
     if os.path.exists(out):
         pin.read_pins(out)  # an unreadable file is refused before the registry is asked

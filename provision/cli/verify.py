@@ -71,14 +71,7 @@ def verify_cmd(
     limit,
     local,
     hosts,
-    plan_file,
-    os_id,
-    gpu,
-    driver,
-    cuda,
-    cudnn,
-    framework,
-    policy,
+    plan_args,
     gpu_count,
     mig_vars,
     only,
@@ -132,10 +125,10 @@ def verify_cmd(
         targets = _inventory_targets(
             ctx,
             inventory=inventory,
-            plan_file=plan_file,
+            plan_file=plan_args["plan_file"],
             fleet_file=fleet_file,
             limit=limit,
-            plan_flags=os_id or gpu,
+            plan_flags=plan_args["os_id"] or plan_args["gpu"],
             gpu_count=gpu_count,
             mig=mig,
         )
@@ -144,17 +137,7 @@ def verify_cmd(
             raise InputError(
                 "--fleet and --limit need -i INVENTORY", hint="for one host give --plan FILE or --os/--gpu"
             )
-        plan = load_plan(
-            ctx,
-            plan_file=plan_file,
-            os_id=os_id,
-            gpu=gpu,
-            driver=driver,
-            cuda=cuda,
-            cudnn=cudnn,
-            framework=framework,
-            policy=policy,
-        )
+        plan = load_plan(ctx, **plan_args)
         from provision.verify import Target
 
         mig = mig or _plan_mig(plan)
