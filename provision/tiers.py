@@ -52,6 +52,7 @@ class Metric(NamedTuple):
     unit: str
     definition: str
     value: Callable[[Gpu, Matrix], float]
+    spec: bool = False  # the value is a figure from the spec sheet as is; else computed from them (legend)
 
 
 class Term(NamedTuple):
@@ -79,6 +80,7 @@ class TermValue(NamedTuple):
     weight: float
     normalised: float  # value / catalogue max, in (0, 1]
     factor: float  # normalised ** weight: this term's multiplier on the score
+    spec: bool  # a spec-sheet figure as is (False: computed from spec figures, see the metric's definition)
 
 
 class RankedGpu(NamedTuple):
@@ -107,6 +109,7 @@ class RankedGpu(NamedTuple):
                     "weight": t.weight,
                     "normalised": round(t.normalised, 4),
                     "factor": round(t.factor, 4),
+                    "spec": t.spec,
                 }
                 for t in self.terms
             },
@@ -133,7 +136,9 @@ def training_precision_tflops(gpu: Gpu) -> float:
     return gpu.bf16_tflops if gpu.bf16_tflops else gpu.fp16_tflops
 
 
-def training_tflops(gpu: Gpu) -> float:
+def training_blend(gpu: Gpu) -> float:
+    """Not a spec: the training-precision TFLOPS plus FP8_TRAINING_WEIGHT of FP8's extra peak, i.e.
+    (1 - w) x BF16 + w x FP8 where FP8 is faster, the BF16 (FP16) figure otherwise."""
     base = training_precision_tflops(gpu)
     if gpu.fp8_tflops and gpu.fp8_tflops > base:
         return base + FP8_TRAINING_WEIGHT * (gpu.fp8_tflops - base)
@@ -166,19 +171,19 @@ def mig_instances(gpu: Gpu, matrix: Matrix) -> float:
 
 
 TRAIN = Metric(
-    "train_tflops",
-    "training TFLOPS",
-    "TFLOPS",
-    "dense BF16 tensor TFLOPS (FP16 where the GPU has no BF16), plus "
-    f"{FP8_TRAINING_WEIGHT:g} x the extra dense FP8 TFLOPS where the GPU has FP8 "
-    "(mixed FP8 training gains well under 2x)",
-    lambda g, m: training_tflops(g),
+    "train_blend",
+    "training blend",
+    "TFLOPS-eq",
+    f"{1 - FP8_TRAINING_WEIGHT:g} x dense BF16 + {FP8_TRAINING_WEIGHT:g} x dense FP8 tensor TFLOPS (BF16 alone "
+    "without FP8, FP16 without BF16): a blend of two spec figures, not a spec; mixed FP8 training keeps "
+    "much of its work in BF16/FP32 and gains well under 2x",
+    lambda g, m: training_blend(g),
 )
 INFER = Metric(
     "infer_tflops",
     "inference TFLOPS",
     "TFLOPS",
-    "best dense tensor TFLOPS a served model uses: FP8 where supported, else BF16/FP16",
+    "the GPU's best dense tensor TFLOPS spec a served model uses: FP8 where supported, else BF16/FP16",
     lambda g, m: inference_tflops(g),
 )
 MEMORY = Metric(
@@ -187,6 +192,7 @@ MEMORY = Metric(
     "GB",
     "GPU memory capacity (model, optimizer state, activations, KV cache)",
     lambda g, m: g.memory_gb,
+    spec=True,
 )
 BANDWIDTH = Metric(
     "bandwidth_gbs",
@@ -194,6 +200,7 @@ BANDWIDTH = Metric(
     "GB/s",
     "GPU memory bandwidth",
     lambda g, m: g.memory_bandwidth_gbs,
+    spec=True,
 )
 INTERCONNECT = Metric(
     "interconnect_gbs",
@@ -311,9 +318,8 @@ def rank(matrix: Matrix, workload_id: str = DEFAULT_WORKLOAD, gpus: Iterable[str
             norm = value / maxima[i]
             factor = norm**term.weight if norm > 0 else 0.0
             total *= factor
-            terms.append(
-                TermValue(term.metric.id, term.metric.label, term.metric.unit, value, term.weight, norm, factor)
-            )
+            metric = term.metric
+            terms.append(TermValue(metric.id, metric.label, metric.unit, value, term.weight, norm, factor, metric.spec))
         return total, tuple(terms)
 
     scored = [(g, *score(g)) for g in catalogue]
@@ -351,6 +357,18 @@ def explain(workload_id: str) -> str:
         "(each band starts at half the one above).",
     ]
     return "\n".join(lines) + "\n"
+
+
+def legend(workload_id: str) -> list[str]:
+    """What the table's computed columns are: one line per term that is not a spec-sheet figure
+    as is, saying which spec figures it comes from and how (the score's formula: --explain)."""
+    wl = workload(workload_id)
+    lines = [f"{t.metric.label} [{t.metric.unit}]: {t.metric.definition}" for t in wl.terms if not t.metric.spec]
+    lines.append(
+        f"score: {wl.formula.removeprefix('score = ')} over these columns, each to the best catalogued GPU "
+        f"(provision gpus --rank {wl.id} --explain)"
+    )
+    return lines
 
 
 # -- rendering ---------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import click
 
 from provision.cli.common import check_output, load_matrix, write_output
 from provision.cli.output import dumps_json, markdown_table, plain_table, print_table
-from provision.tiers import DEFAULT_WORKLOAD, WORKLOADS, rank, render_svg, table_rows
+from provision.tiers import DEFAULT_WORKLOAD, WORKLOADS, legend, rank, render_svg, table_rows
 from provision.tiers import explain as explain_text
 
 FORMATS = ["table", "json", "markdown", "svg"]
@@ -58,7 +58,9 @@ def gpus_cmd(ctx, *, workload_id, fmt, explain, gpu_ids, out, compat_dir):
 
     Scores are weighted geometric means of dense tensor TFLOPS (BF16/FP16, FP8), memory,
     memory bandwidth, NVLink, TDP (per watt) and MIG from compat/gpus.yaml, normalised to the
-    best catalogued GPU (100). --explain shows the formula for the workload.
+    best catalogued GPU (100). Columns computed from those specs (the training blend of BF16 and
+    FP8 TFLOPS, GPU-to-GPU, per-watt figures, MIG instances) are named as such under the table.
+    --explain shows the formula for the workload.
     """
     check_output(out, "--out")
     matrix = load_matrix(ctx, compat_dir)
@@ -73,6 +75,7 @@ def gpus_cmd(ctx, *, workload_id, fmt, explain, gpu_ids, out, compat_dir):
     title = f"GPU tiers: {wl.title}"
     headers, rows = table_rows(ranked)
     notes = explain_text(workload_id) if explain else ""
+    key = legend(workload_id)
 
     if fmt == "json":
         text = dumps_json([r.to_dict() for r in ranked])
@@ -84,13 +87,14 @@ def gpus_cmd(ctx, *, workload_id, fmt, explain, gpu_ids, out, compat_dir):
             text += "```text\n" + notes + "```\n\n"
         else:
             text += f"`{wl.formula}` (see `provision gpus --rank {wl.id} --explain`)\n\n"
-        text += markdown_table(headers, rows)
+        text += markdown_table(headers, rows) + "".join(f"\n{line}\n" for line in key)
     elif out:
-        text = (notes + "\n" if notes else "") + plain_table(headers, rows, title)
+        text = (notes + "\n" if notes else "") + plain_table(headers, rows, title) + "\n" + "\n".join(key) + "\n"
     else:
         if notes:
             click.echo(notes)
         print_table(headers, rows, title=title, stream=sys.stdout)
+        click.echo("\n" + "\n".join(key))
         return 0
 
     if notes and fmt in ("json", "svg"):

@@ -6,8 +6,12 @@ For every release of each framework in compat/framework_variants.yaml it picks t
 x86_64 wheel on the package index (and, for PyTorch, on download.pytorch.org/whl/<variant>),
 reads the wheel's METADATA (the PEP 658 ``.metadata`` file, or, where the index has none, the
 METADATA member read out of the wheel with HTTP range requests) and records the exact CUDA
-runtime and cuDNN pins it declares. ``--check`` exits 1 when the committed file differs from
-what the indexes say now. Plans and tests never run this: they read the committed output.
+runtime and cuDNN pins it declares. A release's ``python`` range comes from the same index
+listing: the CPython versions that have manylinux x86_64 wheels of the release (their ``cpXY``
+tags), within the wheel's Requires-Python, written ``">=lowest,<highest+1"`` (Requires-Python
+alone says nothing of the newest Python and can claim versions with no wheel). ``--check`` exits
+1 when the committed file differs from what the indexes say now. Plans and tests never run
+this: they read the committed output.
 """
 
 from __future__ import annotations
@@ -61,7 +65,10 @@ class WheelFile:
     local: str | None
 
 
-_WHEEL = re.compile(r"^(?P<name>[^-]+)-(?P<ver>[^-]+)-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<plat>.+)\.whl$")
+# name-version[-build]-python-abi-platform.whl (the wheel spec: no field holds a "-")
+_WHEEL = re.compile(
+    r"^(?P<name>[^-]+)-(?P<ver>[^-]+)(?:-(?P<build>\d[^-]*))?-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<plat>[^-]+)\.whl$"
+)
 
 
 def list_wheels(index_url: str, package: str, fetch: Fetch) -> list[WheelFile]:
@@ -84,6 +91,35 @@ def list_wheels(index_url: str, package: str, fetch: Fetch) -> list[WheelFile]:
         ver, _, local = m["ver"].partition("+")
         out.append(WheelFile(filename, urllib.parse.urljoin(url, file_url), ver, local or None))
     return out
+
+
+_CPYTHON = re.compile(r"cp(\d)(\d+)")
+
+
+def python_range(filenames: list[str], requires_python: str | None) -> str | None:
+    """``">=3.X,<3.Y+1"`` over the CPython versions with a manylinux x86_64 wheel among ``filenames``
+    (one release's files on the index), keeping those ``requires_python`` admits. Free-threaded
+    builds (ABI ``cp313t``) do not count: they do not install on the default interpreter. An
+    ``abi3`` wheel serves its version and every later one: the range then has no upper bound.
+    ``requires_python`` as is when no file names a CPython version."""
+    allowed = SpecifierSet(requires_python or "")
+    versions: set[tuple[int, int]] = set()
+    open_ended = False
+    for filename in filenames:
+        m = _WHEEL.match(filename)
+        if not m or "manylinux" not in m["plat"] or "x86_64" not in m["plat"] or m["abi"].endswith("t"):
+            continue
+        for tag in m["py"].split("."):
+            cp = _CPYTHON.fullmatch(tag)
+            if cp and allowed.contains(f"{cp[1]}.{cp[2]}"):
+                versions.add((int(cp[1]), int(cp[2])))
+                open_ended |= m["abi"] == "abi3"
+    if not versions:
+        return requires_python
+    (lo_major, lo_minor), (hi_major, hi_minor) = min(versions), max(versions)
+    if open_ended:
+        return f">={lo_major}.{lo_minor}"
+    return f">={lo_major}.{lo_minor},<{hi_major}.{hi_minor + 1}"
 
 
 def pick_wheel(wheels: list[WheelFile], version: str, local: str | None) -> WheelFile | None:
@@ -230,7 +266,9 @@ def refresh(compat: str | Path, fetch: Fetch = http_fetch, ranged=http_range, lo
                 builds.append(
                     _build_from_metadata(fw, version, pins, where=where, documented=documented, line=line, default=True)
                 )
-                python = pins["python"]
+                python = python_range(
+                    [w.filename for w in pypi if w.version == version and w.local is None], pins["python"]
+                )
             else:
                 python = None
             for variant, doc in documented.items():
@@ -369,6 +407,9 @@ def dump(doc: dict[str, Any]) -> str:
         "# (compat/framework_variants.yaml lists what is queried). Do not edit by hand.\n"
         "# A build with source pypi-wheel-metadata carries the exact pins of the wheel named in\n"
         "# `evidence`; a build with another source could not be read and keeps the documented cuDNN.\n"
+        "# python: the CPython versions that have manylinux x86_64 wheels of the release on the package\n"
+        "# index (its file list, pypi-wheel-metadata), within the wheel's Requires-Python: lowest to\n"
+        "# highest + 1 (torch 2.5 declares >=3.8.0 but has no cp38 wheel; torch <= 2.4 has no cp313).\n"
     )
     out = io.StringIO()
     yaml.dump(doc, out, Dumper=_QuotedDumper, sort_keys=False, width=200, default_flow_style=None)

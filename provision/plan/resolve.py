@@ -115,7 +115,7 @@ class Context:
         self.eliminated: list[tuple[str, str]] = []
         self.rule_of: dict[tuple[str, str], str] = {}  # elimination -> the rule (kind) behind it
         self.kinds: set[str] = set()  # which rules eliminated candidates
-        self.skipped: list[str] = []  # branches the policy or end of life left out
+        self.skipped: list[tuple[m.DriverBranch, str]] = []  # branches the policy or end of life left out, why
 
     def drop(self, candidate: str, why: str, kind: str) -> None:
         self.kinds.add(kind)
@@ -167,14 +167,7 @@ def resolve(matrix: m.Matrix, request: PlanRequest, *, suggest: bool = True) -> 
         return plan
     eliminations = list(ctx.eliminated)
     if ctx.skipped:
-        eliminations.append(
-            (
-                "not tried",
-                f"{', '.join(ctx.skipped)}: policy {request.policy} takes "
-                f"{'long-term support and production' if request.policy == 'lts' else 'any'} branches "
-                "not past end of life; pin --driver to use one",
-            )
-        )
+        eliminations.append(("not tried", _not_tried(ctx)))
     error = NoCompatibleStack(
         f"no compatible stack for os={ctx.os.id} gpu={ctx.gpu_id}{_pin_text(request)}",
         eliminations=eliminations,
@@ -361,9 +354,9 @@ def _driver_candidates(ctx: Context) -> Iterator[DriverChoice]:
         branches = []
         for b in matrix.drivers:
             if b.past_eol(as_of):
-                ctx.skipped.append(f"{b.label} (end of life {b.eol or 'listed'})")
+                ctx.skipped.append((b, f"end of life {b.eol or 'listed'}"))
             elif ctx.request.policy == "lts" and b.type not in ("ltsb", "pb"):
-                ctx.skipped.append(f"{b.label} ({BRANCH_TYPES[b.type]})")
+                ctx.skipped.append((b, BRANCH_TYPES[b.type]))
             else:
                 branches.append(b)
     for b in branches:
@@ -937,15 +930,40 @@ def summarise(ctx: Context, eliminations: list[tuple[str, str]]) -> list[str]:
             cand, why = next(c for c in items if re.sub(r"\d+(\.\d+)*", "#", c[1]) == shapes.most_common(1)[0][0])
             lines.append(f"{len(items)} {_rule_text(ctx, rule, len(items))}, e.g. {cand}: {why}")
     if ctx.skipped:
-        kinds = "long-term support and production" if ctx.request.policy == "lts" else "any"
-        lines.append(
-            f"not tried: {len(ctx.skipped)} driver branch{'es' if len(ctx.skipped) > 1 else ''} "
-            f"({_span([s.split(' (')[0] for s in ctx.skipped], 4)}): policy {ctx.request.policy} takes {kinds} "
-            "branches not past end of life; pin --driver to use one"
-        )
+        lines.append(_not_tried(ctx, short=True))
     if any(len(items) > 3 or len({why for _, why in items}) > 1 for items in by_rule.values()):
         lines.append(f"({len(ctx.eliminated)} candidates in all: provision plan … --explain lists each)")
     return lines
+
+
+def _not_tried(ctx: Context, *, short: bool = False) -> str:
+    """The branches the policy or end of life left out: supported ones first (the policy's choice,
+    which --policy latest widens), then those past end of life (only a --driver pin takes one)."""
+    as_of, policy = ctx.matrix.as_of, ctx.request.policy
+    supported = [(b, why) for b, why in ctx.skipped if not b.past_eol(as_of)]
+    ended = [(b, why) for b, why in ctx.skipped if b.past_eol(as_of)]
+    takes = "long-term support and production branches" if policy == "lts" else "branches"
+    if not short:
+        listed = ", ".join(f"{b.label} ({why})" for b, why in supported + ended)
+        widen = "; --policy latest adds new feature branches" if supported else ""
+        return (
+            f"{listed}: policy {policy} takes {takes} not past end of life{widen}; "
+            "a --driver pin takes any branch (end-of-life branches get no fixes)"
+        )
+    parts = []
+    if supported:
+        kinds = sorted({why for _, why in supported})
+        parts.append(
+            f"{_span([b.label for b, _ in supported], 4)} ({', '.join(kinds)}: policy {policy} leaves "
+            f"{'it' if len(supported) == 1 else 'them'} out, --policy latest takes "
+            f"{'it' if len(supported) == 1 else 'them'})"
+        )
+    if ended:
+        parts.append(
+            f"{len(ended)} branch{'es' if len(ended) > 1 else ''} past end of life "
+            f"({_span([b.label for b, _ in ended], 4)}: only a --driver pin takes one)"
+        )
+    return "not tried: " + "; ".join(parts)
 
 
 def _pin_facts(ctx: Context) -> list[str]:
@@ -986,7 +1004,10 @@ def _quiet(matrix: m.Matrix, request: PlanRequest) -> Plan | None:
 
 
 def _suggest(matrix: m.Matrix, request: PlanRequest, limit: int = 3) -> str:
-    """Pin changes that resolve, cheapest first."""
+    """Pin changes that resolve, cheapest first. Driver branches are offered as the resolver's
+    ``lts`` policy would take them (``_driver_order``): supported long-term support and production
+    branches, newest first, with the long-term support branch that works always among them; new
+    feature branches after those; end-of-life branches only when no supported branch resolves."""
 
     def replace(req: PlanRequest, **changes) -> PlanRequest:
         return req._replace(**changes)
@@ -998,16 +1019,14 @@ def _suggest(matrix: m.Matrix, request: PlanRequest, limit: int = 3) -> str:
             return
         plan = _quiet(matrix, req)
         if plan is not None:
-            found.append(f"{label} (gives driver {plan.driver.version}, cuda {plan.cuda.version})")
+            found.append(f"{label} ({_gives(plan)})")
 
     if request.cuda:
         for mm in sorted({major_minor(c.version) for c in matrix.cuda}, key=Version, reverse=True):
             if mm != request.cuda and len(found) < 2:
                 attempt(f"--cuda {mm}", replace(request, cuda=mm))
     if request.driver:
-        for b in matrix.drivers:
-            if str(b.branch) != request.driver.split(".")[0] and len(found) < limit:
-                attempt(f"--driver {b.branch}", replace(request, driver=str(b.branch)))
+        found.extend(_driver_suggestions(matrix, request, limit - len(found)))
     if request.framework and "==" in request.framework:
         name, _, ver = request.framework.partition("==")
         fw = matrix.framework(_FRAMEWORK_NAMES.get(name.lower(), name))
@@ -1034,3 +1053,52 @@ def _suggest(matrix: m.Matrix, request: PlanRequest, limit: int = 3) -> str:
     if not found:
         return "no single pin change resolves; see the reasons above and provision matrix check"
     return "try " + "; or ".join(found)
+
+
+def _gives(plan: Plan) -> str:
+    return f"gives driver {plan.driver.version}, cuda {plan.cuda.version}"
+
+
+def _driver_order(matrix: m.Matrix) -> list[m.DriverBranch]:
+    """Branches in the order a hint offers them: not past end of life on the catalogue's date
+    first; among those long-term support and production branches before new feature branches
+    (and branches without a published designation); newest first within each."""
+    as_of = matrix.as_of
+    return sorted(matrix.drivers, key=lambda b: (b.past_eol(as_of), b.type not in ("ltsb", "pb"), -b.branch))
+
+
+def _driver_text(matrix: m.Matrix, branch: m.DriverBranch, plan: Plan) -> str:
+    kind = BRANCH_TYPES[branch.type]
+    if branch.past_eol(matrix.as_of):
+        kind += f", past end of life {branch.eol or '(listed)'}"
+    elif branch.eol:
+        kind += f" until {branch.eol}"
+    return f"--driver {branch.branch} ({branch.label} {kind}; {_gives(plan)})"
+
+
+def _driver_suggestions(matrix: m.Matrix, request: PlanRequest, room: int) -> list[str]:
+    """Up to ``room`` --driver changes that resolve, in ``_driver_order``; a supported long-term
+    support branch that resolves is always among them (it takes the last place if newer branches
+    filled the others), and end-of-life branches are offered only when no supported one resolves."""
+    if room <= 0 or request.driver is None:
+        return []
+    pinned = request.driver.strip().lstrip("Rr").split(".")[0]
+    as_of = matrix.as_of
+    working: list[tuple[m.DriverBranch, Plan]] = []
+    for b in _driver_order(matrix):
+        if str(b.branch) == pinned:
+            continue
+        if b.past_eol(as_of) and any(not w.past_eol(as_of) for w, _ in working):
+            break  # a supported branch resolves: end-of-life ones are not offered
+        if len(working) >= room:
+            if any(w.type == "ltsb" for w, _ in working) or b.past_eol(as_of):
+                break
+            if b.type != "ltsb":
+                continue  # the places are taken: only a supported long-term support branch may still join
+        plan = _quiet(matrix, request._replace(driver=str(b.branch)))
+        if plan is not None:
+            working.append((b, plan))
+    chosen = working[:room]
+    if len(working) > room and not any(b.type == "ltsb" for b, _ in chosen):
+        chosen[-1] = working[-1]  # the long-term support branch found past the places
+    return [_driver_text(matrix, b, plan) for b, plan in chosen]

@@ -256,7 +256,8 @@ def test_cli_table_default_training(gpus, real_matrix):
     assert "Training" in lines[0]
     header = next(line for line in lines if line.startswith("rank"))
     assert header.split()[:5] == ["rank", "tier", "gpu", "name", "score"]
-    ids_in_order = [line.split()[2] for line in lines[lines.index(header) + 2 :] if line.strip()]
+    body = lines[lines.index(header) + 2 :]
+    ids_in_order = [line.split()[2] for line in body[: body.index("")]]  # the legend follows a blank line
     assert ids_in_order == order(real_matrix, "training")
 
 
