@@ -20,7 +20,7 @@ def mig_group():
     "--gpu",
     required=True,
     metavar="GPU",
-    help="MIG-capable GPU id, alias or group: a100-80gb, a100-sxm4-40gb, h100-sxm, h100-pcie, h200, b200, …",
+    help="MIG-capable GPU id, alias or group: a100-80gb, a100-sxm4-40gb, h100-sxm, h100-pcie, h200, b200, a30, …",
 )
 @click.option(
     "--layout", metavar="PROFILES", help="GPU instances, comma-separated, Nx to repeat: 3g.40gb,2g.20gb,2x1g.10gb."
@@ -46,7 +46,7 @@ def plan_cmd(ctx, *, gpu, layout, fill, name, device_filter, fmt, out_config, ou
     """Check a MIG layout against the GPU's real placements and lay it out.
 
     A layout is valid when every instance gets a start slot `nvidia-smi mig -lgipp` allows
-    without overlapping another, within the GPU's 7 compute slices and instance limits;
+    without overlapping another, within the GPU's compute slices (7; 4 on an A30) and instance limits;
     slice sums alone are not enough. A refusal (exit 2) names the instance that finds no
     placement and the largest layouts of the request that fit.
     """

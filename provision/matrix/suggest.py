@@ -24,6 +24,18 @@ def _key(text: str) -> str:
     return re.sub(r"[^a-z0-9]", "", text.lower())
 
 
+def _continues(typed: str, name: str) -> bool:
+    """``typed`` is ``name`` and more, without splitting a number or a word of it.
+
+    ``rocky9.4`` continues ``rocky9``; ``a100-pice`` does not continue ``a10`` (100 is not 10).
+    """
+    t, n = (re.sub(r"[^a-z0-9]+", "-", x.lower()).strip("-") for x in (typed, name))
+    if not n or not t.startswith(n) or t == n:
+        return False
+    last, nxt = n[-1], t[len(n)]
+    return not ((last.isdigit() and nxt.isdigit()) or (last.isalpha() and nxt.isalpha()))
+
+
 def close_ids(typed: str, names: Mapping[str, str] | Iterable[str], limit: int = 3) -> tuple[list[str], int]:
     """The listed ids nearest to ``typed`` (at most ``limit``) and how many more match as well.
 
@@ -42,7 +54,7 @@ def close_ids(typed: str, names: Mapping[str, str] | Iterable[str], limit: int =
             rank = (0, len(ident), order[ident])
         elif key.startswith(want):
             rank = (1, len(ident), order[ident])
-        elif want in key or want.startswith(key):
+        elif want in key or _continues(typed, name):
             rank = (2, len(ident), order[ident])
         else:
             ratio = difflib.SequenceMatcher(None, raw, name.lower()).ratio()

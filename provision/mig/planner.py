@@ -1,7 +1,7 @@
 """The MIG layout planner behind `provision mig plan`: pure logic, no click, no output.
 
 Model (compat/mig.yaml, as `nvidia-smi mig -lgipp` lists it): a GPU has ``memory_slices``
-memory slots (8) and ``compute_slices`` compute slices (7). A GPU instance of profile P
+memory slots (8; 4 on an A30) and ``compute_slices`` compute slices (7; 4 on an A30). A GPU instance of profile P
 occupies the memory slots ``[start, start + P.memory_slices)`` with ``start`` one of
 ``P.placements``; instances must not overlap; their compute slices add up to at most the
 GPU's; at most ``P.max_instances`` instances of P; at most one media (``+me``) instance.
