@@ -42,7 +42,9 @@ def test_nothing_missing_changes_nothing():
 
 
 def test_site_rolls_by_default():
-    play = yaml.safe_load((ROOT / "playbooks/collections/ansible_collections/provision/gpu/playbooks/site.yml").read_text())[0]
+    play = yaml.safe_load(
+        (ROOT / "playbooks/collections/ansible_collections/provision/gpu/playbooks/site.yml").read_text()
+    )[0]
     assert play["serial"] == "{{ provision_serial | default('20%') }}"
     assert play["max_fail_percentage"] == "{{ provision_max_fail_percentage | default(0) }}"
 
