@@ -260,7 +260,8 @@ def fleet_env(tmp_path_factory):
         cuda_version = cuda_version_of(matrix, plans["a100"])
         hosts = []
         # gpu-a/b/c: the converging fleet; gpu-d: a host whose driver package fails to install;
-        # gpu-e: a fresh host for the partial-failure run; gpu-x: in the inventory, never reachable.
+        # gpu-e: a fresh host for the partial-failure run; gpu-x: in the inventory, never reachable;
+        # gpu-f: a fresh host that the built and installed collection converges without provision.
         for name, group, extra in (
             ("gpu-a", "a100", {}),
             ("gpu-b", "h100", {}),
@@ -268,6 +269,7 @@ def fleet_env(tmp_path_factory):
             ("gpu-d", "a100", {"fail_install": True}),
             ("gpu-e", "h100", {}),
             ("gpu-x", "a100", {"unreachable": True}),
+            ("gpu-f", "a100", {}),  # fresh, for the installed collection run by plain ansible-playbook
         ):
             hosts.append(Host(name, group, host_gpu(matrix, group, cuda_version), **extra))
         fleet = Fleet(client, kit, workdir, hosts)
