@@ -420,7 +420,8 @@ def github_workflow(
                 "context": CONTEXT_DIR,
                 "platforms": PLATFORM,
                 "pull": True,
-                "push": "${{ " + publish + " }}" if push else False,
+                # always an image (so the lock gets its id and digest), pushed only when publishing
+                "outputs": "type=image,push=${{ " + publish + " }}" if push else "type=image,push=false",
                 "tags": "${{ steps.tags.outputs.tags }}",
                 "cache-from": "type=gha,scope=${{ matrix.name }}",
                 "cache-to": "type=gha,mode=max,scope=${{ matrix.name }}",
@@ -610,11 +611,12 @@ def gitlab_pipeline(
                 "docker buildx create --use --driver docker-container --name provision",
                 "set --",
                 'for tag in $TAGS; do set -- "$@" --tag "$IMAGE_REPO:$tag"; done',
-                'if [ "$PUBLISH" = "true" ]; then set -- "$@" --push '
+                'if [ "$PUBLISH" = "true" ]; then set -- "$@" '
                 '--cache-to "type=registry,ref=$IMAGE_REPO/cache:$NAME,mode=max"; fi',
+                # always an image (the lock job needs its id and digest), pushed only when publishing
                 f'docker buildx build "$@" --platform {PLATFORM} --pull'
                 ' --cache-from "type=registry,ref=$IMAGE_REPO/cache:$NAME"'
-                " --sbom=true --provenance=mode=max"
+                ' --output "type=image,push=$PUBLISH" --sbom=true --provenance=mode=max'
                 f' --metadata-file "build-metadata/$NAME.json" "{CONTEXT_DIR}/$NAME"',
             ],
             "artifacts": {"paths": ["build-metadata/"], "expire_in": "30 days"},

@@ -80,7 +80,10 @@ def test_the_build_runs_on_buildkit_with_cache_sbom_and_provenance(workflow):
     assert build["with"]["cache-to"] == "type=gha,mode=max,scope=${{ matrix.name }}"
     assert build["with"]["sbom"] is True
     assert build["with"]["provenance"] == "mode=max"
-    assert "github.event_name != 'pull_request'" in build["with"]["push"]
+    outputs = build["with"]["outputs"]
+    assert outputs.startswith("type=image,push=${{ "), "always an image, for the lock's id and digest"
+    assert "github.event_name != 'pull_request'" in outputs, "pushed only when publishing"
+    assert "push" not in build["with"]
     assert any(s.get("uses", "").startswith("docker/setup-buildx-action@") for s in doc["jobs"]["build"]["steps"])
     render = next(s for s in doc["jobs"]["build"]["steps"] if s["name"].startswith("Render the build context"))
     assert 'provision ci context-digest build-context --expect "$CONTENT"' in render["run"]
@@ -121,7 +124,7 @@ def test_no_push_builds_only(cli, repo):
     assert len(matrix(doc)) == 1
     assert not any("login" in s.get("uses", "") for s in doc["jobs"]["build"]["steps"])
     build = next(s for s in doc["jobs"]["build"]["steps"] if s.get("id") == "build")
-    assert build["with"]["push"] is False
+    assert build["with"]["outputs"] == "type=image,push=false"
     assert doc["jobs"]["build"]["permissions"]["packages"] == "read"
     lint(str(BIN / "actionlint"), str(out))
 
@@ -223,7 +226,7 @@ def test_gitlab_pipeline_builds_each_image_once_pinned_and_gated(pipeline):
     script = "\n".join(doc[".build"]["script"])
     assert "--sbom=true --provenance=mode=max" in script
     assert "--cache-from" in script
-    assert '"$PUBLISH" = "true"' in script, "pushes only when the rules say so"
+    assert '--output "type=image,push=$PUBLISH"' in script, "always an image; pushed only when the rules say so"
     for job in builds.values():
         rule = job["rules"][0]
         assert rule["if"] == "$CI_COMMIT_TAG || $CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH"
