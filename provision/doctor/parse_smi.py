@@ -12,34 +12,58 @@ from __future__ import annotations
 import csv
 import io
 import re
-from typing import NamedTuple
+from collections.abc import Callable
+from dataclasses import fields as dataclass_fields
+from typing import Any, NamedTuple
 
-from provision.doctor.state import (
-    CLOCK_REASONS,
-    GpuState,
-    SmiResult,
+from provision.doctor.state import CLOCK_REASONS, GpuState, SmiResult, normalize_bus
+from provision.smi import (
+    FIELDS,
+    GPU_FIELDS,
+    LOG_FIELDS,
+    QUERY_ALIASES,
+    TEXT_POWER,
+    XML_POWER,
+    Field,
     clean,
+    first,
     flag,
     integer,
-    normalize_bus,
-    number,
 )
+from provision.smi import version as _version
 
-_VERSION = re.compile(r"\d{1,6}(?:\.\d{1,6}){1,3}")
+# The table's fields a GpuState carries; index and bus id are read as each format's identity.
+_IDENTITY = ("index", "bus_id")
+_STATE = {f.name for f in dataclass_fields(GpuState)}
+STATE_FIELDS = tuple(f for f in GPU_FIELDS if f.name in _STATE and f.name not in _IDENTITY)
 
 
 class ParseFailure(Exception):
     """The text is (or claims to be) a known format but cannot be read; str() says why."""
 
 
-def _version(text: str | None) -> str | None:
-    m = _VERSION.match(clean(text) or "")
-    return m[0] if m else None
-
-
 def _sum(values: list[int | None]) -> int | None:
     known = [v for v in values if v is not None]
     return sum(known) if known else None
+
+
+def _present(sections: tuple[str, ...], find: Callable[[str], Any]) -> str:
+    """The first of ``sections`` this GPU has (the last when it has none)."""
+    return next((s for s in sections if find(s) is not None), sections[-1])
+
+
+def _read_fields(paths_of: str, read: Callable[[str], str | None], power: str) -> dict[str, Any]:
+    """Every STATE_FIELDS field with ``paths_of`` ("xml" or "text") paths, through ``read``."""
+    out: dict[str, Any] = {}
+    for f in STATE_FIELDS:
+        paths = tuple(p.replace("{power}", power) for p in getattr(f, paths_of))
+        if not paths:
+            continue
+        if f.raw:
+            out[f.name] = (read(paths[0]) or "").strip() or None
+        else:
+            out[f.name] = f.convert(first(paths, read))
+    return out
 
 
 # -- -q -x XML ------------------------------------------------------------------------------
@@ -66,10 +90,8 @@ def parse_xml(text: str, source: str) -> SmiResult:
         raise ParseFailure(f"XML whose root is <{root.tag}>, not <nvidia_smi_log>")
     outside = text[:start] + (text[end + len(end_tag) :] if end >= 0 else "")
     result = SmiResult(
-        driver_version=_version(root.findtext("driver_version")),
-        cuda_version=_version(root.findtext("cuda_version")),
-        attached=integer(root.findtext("attached_gpus")),
         messages=[ln.strip() for ln in outside.splitlines() if ln.strip()],
+        **{f.name: f.convert(first(f.xml, root.findtext)) for f in LOG_FIELDS if f.xml},
     )
     for i, gpu in enumerate(root.findall("gpu")):
         result.gpus.append(_xml_gpu(gpu, i, source))
@@ -91,13 +113,6 @@ def _xml_ecc(el) -> tuple[int | None, int | None]:
 
 
 def _xml_gpu(gpu, index: int, source: str) -> GpuState:
-    def t(*paths: str) -> str | None:
-        for path in paths:
-            value = clean(gpu.findtext(path))
-            if value is not None:
-                return value
-        return None
-
     clocks: dict[str, bool] = {}
     label = "Clocks Event Reasons"
     reasons = gpu.find("clocks_event_reasons")
@@ -113,54 +128,18 @@ def _xml_gpu(gpu, index: int, source: str) -> GpuState:
     ecc = gpu.find("ecc_errors")
     v_corr, v_unc = _xml_ecc(ecc.find("volatile") if ecc is not None else None)
     a_corr, a_unc = _xml_ecc(ecc.find("aggregate") if ecc is not None else None)
-    power = "gpu_power_readings" if gpu.find("gpu_power_readings") is not None else "power_readings"
     return GpuState(
         source=source,
         fmt="-q -x",
         index=index,
-        bus_id=normalize_bus(gpu.get("id") or t("pci/pci_bus_id")),
-        name=t("product_name"),
-        brand=t("product_brand"),
-        uuid=t("uuid"),
-        persistence=flag(t("persistence_mode")),
-        driver_model=t("driver_model/current_dm"),
-        pstate=t("performance_state"),
-        util_gpu=number(t("utilization/gpu_util")),
+        bus_id=normalize_bus(gpu.get("id") or first(FIELDS["bus_id"].xml, gpu.findtext)),
         clocks_label=label,
         clocks=clocks,
-        temp=number(t("temperature/gpu_temp")),
-        temp_slowdown=number(t("temperature/gpu_temp_slow_threshold")),
-        temp_shutdown=number(t("temperature/gpu_temp_max_threshold")),
-        tlimit=number(t("temperature/gpu_temp_tlimit")),
-        tlimit_slowdown=number(t("temperature/gpu_temp_slow_tlimit_threshold")),
-        tlimit_shutdown=number(t("temperature/gpu_temp_max_tlimit_threshold")),
-        power_draw=number(t(f"{power}/power_draw", f"{power}/average_power_draw", f"{power}/instant_power_draw")),
-        power_limit=number(t(f"{power}/enforced_power_limit", f"{power}/current_power_limit", f"{power}/power_limit")),
-        power_default_limit=number(t(f"{power}/default_power_limit")),
-        ecc_enabled=flag(t("ecc_mode/current_ecc")),
         ecc_volatile_unc=v_unc,
         ecc_aggregate_unc=a_unc,
         ecc_volatile_corr=v_corr,
         ecc_aggregate_corr=a_corr,
-        retired_sbe=integer(t("retired_pages/multiple_single_bit_retirement/retired_count")),
-        retired_dbe=integer(t("retired_pages/double_bit_retirement/retired_count")),
-        retired_pending=flag(t("retired_pages/pending_retirement", "retired_pages/pending_blacklist")),
-        remap_corr=integer(t("remapped_rows/remapped_row_corr")),
-        remap_unc=integer(t("remapped_rows/remapped_row_unc")),
-        remap_pending=flag(t("remapped_rows/remapped_row_pending")),
-        remap_failure=flag(t("remapped_rows/remapped_row_failure")),
-        mig_current=t("mig_mode/current_mig"),
-        mig_pending=t("mig_mode/pending_mig"),
-        pcie_gen=integer(t("pci/pci_gpu_link_info/pcie_gen/current_link_gen")),
-        pcie_gen_max=integer(t("pci/pci_gpu_link_info/pcie_gen/max_link_gen")),
-        pcie_width=integer(t("pci/pci_gpu_link_info/link_widths/current_link_width")),
-        pcie_width_max=integer(t("pci/pci_gpu_link_info/link_widths/max_link_width")),
-        fan=clean(gpu.findtext("fan_speed")) or (gpu.findtext("fan_speed") or "").strip() or None,
-        fabric_state=t("fabric/state"),
-        fabric_status=t("fabric/status"),
-        reset_required=flag(t("gpu_reset_status/reset_required")),
-        drain_recommended=flag(t("gpu_reset_status/drain_and_reset_recommended")),
-        recovery_action=t("gpu_recovery_action"),
+        **_read_fields("xml", gpu.findtext, _present(XML_POWER, gpu.find)),
     )
 
 
@@ -174,23 +153,26 @@ class Node:
         self.children: list[Node] = []
 
     def get(self, *path: str) -> Node | None:
+        """The node at a path of labels (any case); a label ending in ``*`` is a prefix."""
         node: Node | None = self
         for name in path:
             if node is None:
                 return None
-            node = next((c for c in node.children if c.name.lower() == name.lower()), None)
+            want = name.lower()
+            if want.endswith("*"):
+                node = next((c for c in node.children if c.name.lower().startswith(want[:-1])), None)
+            else:
+                node = next((c for c in node.children if c.name.lower() == want), None)
         return node
 
     def v(self, *path: str) -> str | None:
         node = self.get(*path)
         return clean(node.value) if node is not None else None
 
-    def first(self, *paths: tuple[str, ...]) -> str | None:
-        for path in paths:
-            value = self.v(*path)
-            if value is not None:
-                return value
-        return None
+    def label(self, path: str) -> str | None:
+        """The printed value at a ``/``-separated label path ("Temperature/GPU Current Temp")."""
+        node = self.get(*path.split("/"))
+        return node.value if node is not None else None
 
     def find(self, name: str) -> Node | None:
         """Depth-first search for a descendant called ``name`` (iterative: no recursion limit)."""
@@ -234,11 +216,7 @@ def parse_q_text(text: str, source: str) -> SmiResult:
     if NVSMI_LOG not in text:
         raise ParseFailure("no '==============NVSMI LOG==============' header")
     root = text_tree(text)
-    result = SmiResult(
-        driver_version=_version(root.first(("KMD Version",), ("Driver Version",))),
-        cuda_version=_version(root.first(("CUDA UMD Version",), ("CUDA Version",))),
-        attached=integer(root.v("Attached GPUs")),
-    )
+    result = SmiResult(**{f.name: f.convert(first(f.text, root.label)) for f in LOG_FIELDS if f.text})
     index = 0
     for node in root.children:
         m = _GPU_HEADER.match(node.name)
@@ -279,65 +257,18 @@ def _text_gpu(g: Node, bus: str, index: int, source: str) -> GpuState:
     ecc = g.get("ECC Errors")
     v_corr, v_unc = _text_ecc(ecc.get("Volatile") if ecc else None)
     a_corr, a_unc = _text_ecc(ecc.get("Aggregate") if ecc else None)
-    power = "GPU Power Readings" if g.get("GPU Power Readings") is not None else "Power Readings"
-    retired = g.get("Retired Pages")
-    pending = None
-    if retired is not None:
-        pending = next((flag(c.value) for c in retired.children if c.name.lower().startswith("pending")), None)
-    temp = "Temperature"
-    link = ("PCI", "GPU Link Info")
-    fan = g.get("Fan Speed")
     return GpuState(
         source=source,
         fmt="-q",
         index=index,
         bus_id=normalize_bus(bus),
-        name=g.v("Product Name"),
-        brand=g.v("Product Brand"),
-        uuid=g.v("GPU UUID"),
-        persistence=flag(g.v("Persistence Mode")),
-        driver_model=g.v("Driver Model", "Current"),
-        pstate=g.v("Performance State"),
-        util_gpu=number(g.v("Utilization", "Gpu")),
         clocks_label=label,
         clocks=clocks,
-        temp=number(g.v(temp, "GPU Current Temp")),
-        temp_slowdown=number(g.v(temp, "GPU Slowdown Temp")),
-        temp_shutdown=number(g.v(temp, "GPU Shutdown Temp")),
-        tlimit=number(g.v(temp, "GPU T.Limit Temp")),
-        tlimit_slowdown=number(g.v(temp, "GPU Slowdown T.Limit Temp")),
-        tlimit_shutdown=number(g.v(temp, "GPU Shutdown T.Limit Temp")),
-        power_draw=number(
-            g.first((power, "Power Draw"), (power, "Average Power Draw"), (power, "Instantaneous Power Draw"))
-        ),
-        power_limit=number(
-            g.first((power, "Enforced Power Limit"), (power, "Current Power Limit"), (power, "Power Limit"))
-        ),
-        power_default_limit=number(g.v(power, "Default Power Limit")),
-        ecc_enabled=flag(g.first(("ECC Mode", "Current"), ("Ecc Mode", "Current"))),
         ecc_volatile_unc=v_unc,
         ecc_aggregate_unc=a_unc,
         ecc_volatile_corr=v_corr,
         ecc_aggregate_corr=a_corr,
-        retired_sbe=integer(g.v("Retired Pages", "Single Bit ECC")),
-        retired_dbe=integer(g.v("Retired Pages", "Double Bit ECC")),
-        retired_pending=pending,
-        remap_corr=integer(g.v("Remapped Rows", "Correctable Error")),
-        remap_unc=integer(g.v("Remapped Rows", "Uncorrectable Error")),
-        remap_pending=flag(g.v("Remapped Rows", "Pending")),
-        remap_failure=flag(g.v("Remapped Rows", "Remapping Failure Occurred")),
-        mig_current=g.v("MIG Mode", "Current"),
-        mig_pending=g.v("MIG Mode", "Pending"),
-        pcie_gen=integer(g.v(*link, "PCIe Generation", "Current")),
-        pcie_gen_max=integer(g.v(*link, "PCIe Generation", "Max")),
-        pcie_width=integer(g.v(*link, "Link Width", "Current")),
-        pcie_width_max=integer(g.v(*link, "Link Width", "Max")),
-        fan=(fan.value or None) if fan is not None else None,
-        fabric_state=g.v("Fabric", "State"),
-        fabric_status=g.v("Fabric", "Status"),
-        reset_required=flag(g.v("GPU Reset Status", "Reset Required")),
-        drain_recommended=flag(g.v("GPU Reset Status", "Drain and Reset Recommended")),
-        recovery_action=g.v("GPU Recovery Action"),
+        **_read_fields("text", g.label, _present(TEXT_POWER, g.get)),
     )
 
 
@@ -349,6 +280,12 @@ _ROW1 = re.compile(
 )
 _ROW2 = re.compile(r"^\|\s*(\S+)\s+(\S+)\s+(\S+)\s+(.*?)\|\s*(.*?)\|\s*(\S+)\s+(.*?)\s*\|")
 _ROW3 = re.compile(r"^\|\s+\|\s+\|\s*(\S+)\s*\|")
+
+
+def _cell(f: Field, row: re.Match[str] | None, group: int) -> Any:
+    if row is None:
+        return None
+    return row[group] if f.raw else f.convert(clean(row[group]))
 
 
 def parse_table(text: str, source: str) -> SmiResult:
@@ -363,8 +300,9 @@ def parse_table(text: str, source: str) -> SmiResult:
             continue
         row2 = _ROW2.match(lines[i + 1].strip()) if i + 1 < len(lines) and len(lines[i + 1]) < MAX_LINE else None
         row3 = _ROW3.match(lines[i + 2].strip()) if i + 2 < len(lines) and len(lines[i + 2]) < MAX_LINE else None
+        rows = {1: m, 2: row2, 3: row3}
+        # The persistence column says WDDM/TCC/MCDM on Windows; a name is kept as printed.
         windows = m[3] in ("WDDM", "TCC", "MCDM")
-        volatile = integer(clean(m[6]))
         result.gpus.append(
             GpuState(
                 source=source,
@@ -374,12 +312,8 @@ def parse_table(text: str, source: str) -> SmiResult:
                 name=m[2].strip(),
                 persistence=None if windows else flag(m[3]),
                 driver_model=m[3] if windows else None,
-                ecc_volatile_unc=volatile,
-                fan=row2[1] if row2 else None,
-                temp=number(row2[2]) if row2 else None,
                 pstate=row2[3] if row2 and re.fullmatch(r"P\d+", row2[3]) else None,
-                util_gpu=number(row2[6]) if row2 else None,
-                mig_current=clean(row3[1]) if row3 else None,
+                **{f.name: _cell(f, rows[f.table[0]], f.table[1]) for f in STATE_FIELDS if f.table},
             )
         )
     trailer = [ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith(("|", "+"))]
@@ -388,47 +322,9 @@ def parse_table(text: str, source: str) -> SmiResult:
 
 
 # -- --query-gpu CSV -------------------------------------------------------------------------
-_CSV_FIELDS = {
-    "index": "index",
-    "name": "name",
-    "gpu_name": "name",
-    "pci.bus_id": "bus",
-    "gpu_bus_id": "bus",
-    "uuid": "uuid",
-    "gpu_uuid": "uuid",
-    "persistence_mode": "persistence",
-    "driver_model.current": "driver_model",
-    "pstate": "pstate",
-    "utilization.gpu": "util",
-    "temperature.gpu": "temp",
-    "power.draw": "power_draw",
-    "enforced.power.limit": "power_limit",
-    "power.limit": "power_limit2",
-    "power.default_limit": "power_default",
-    "ecc.mode.current": "ecc",
-    "ecc.errors.uncorrected.volatile.total": "v_unc",
-    "ecc.errors.uncorrected.aggregate.total": "a_unc",
-    "ecc.errors.corrected.volatile.total": "v_corr",
-    "ecc.errors.corrected.aggregate.total": "a_corr",
-    "retired_pages.single_bit_ecc.count": "r_sbe",
-    "retired_pages.double_bit.count": "r_dbe",
-    "retired_pages.pending": "r_pending",
-    "remapped_rows.correctable": "rm_corr",
-    "remapped_rows.uncorrectable": "rm_unc",
-    "remapped_rows.pending": "rm_pending",
-    "remapped_rows.failure": "rm_failure",
-    "mig.mode.current": "mig",
-    "mig.mode.pending": "mig_pending",
-    "pcie.link.gen.current": "gen",
-    "pcie.link.gen.max": "gen_max",
-    "pcie.link.width.current": "width",
-    "pcie.link.width.max": "width_max",
-    "fan.speed": "fan",
-    "fabric.state": "fabric_state",
-    "fabric.status": "fabric_status",
-    "gpu_recovery_action": "recovery",
-    "driver_version": "driver_version",
-}
+# The --query-gpu columns doctor reads (the GPU's and the host's), other spellings included.
+_CSV_FIELDS = {q for f in (*LOG_FIELDS, *(g for g in GPU_FIELDS if g.name in _STATE)) for q in f.query}
+_CSV_FIELDS |= {alias for alias, name in QUERY_ALIASES.items() if name in _CSV_FIELDS}
 
 
 def csv_header(line: str) -> list[str] | None:
@@ -457,7 +353,8 @@ def parse_csv(text: str, source: str) -> SmiResult:
         if len(row) != len(header):
             raise ParseFailure(f"row {index + 2} has {len(row)} values for {len(header)} columns")
         raw = dict(zip(header, row, strict=True))
-        f = {_CSV_FIELDS[k]: clean(v) for k, v in raw.items() if k in _CSV_FIELDS}
+        # one value per property: of two spellings of it (name, gpu_name), the later column counts
+        f = {QUERY_ALIASES.get(k, k): clean(v) for k, v in raw.items() if k in _CSV_FIELDS}
         clocks: dict[str, bool] = {}
         label = "Clocks Event Reasons"
         for key, value in raw.items():
@@ -465,47 +362,23 @@ def parse_csv(text: str, source: str) -> SmiResult:
             if m and m[2] in CLOCK_REASONS and flag(value) is not None:
                 clocks[m[2]] = bool(flag(value))
                 label = "Clocks Event Reasons" if m[1] == "event" else "Clocks Throttle Reasons"
-        result.driver_version = result.driver_version or _version(f.get("driver_version"))
+        for fld in LOG_FIELDS:
+            if fld.query and getattr(result, fld.name) is None:
+                setattr(result, fld.name, fld.convert(first(fld.query, f.get)))
+        given = f.get(FIELDS["index"].query[0])
         result.gpus.append(
             GpuState(
                 source=source,
                 fmt="csv",
-                index=integer(f.get("index")) if f.get("index") else index,
-                bus_id=normalize_bus(f.get("bus")),
-                name=f.get("name"),
-                uuid=f.get("uuid"),
-                persistence=flag(f.get("persistence")),
-                driver_model=f.get("driver_model"),
-                pstate=f.get("pstate"),
-                util_gpu=number(f.get("util")),
+                index=integer(given) if given else index,
+                bus_id=normalize_bus(first(FIELDS["bus_id"].query, f.get)),
                 clocks_label=label,
                 clocks=clocks,
-                temp=number(f.get("temp")),
-                power_draw=number(f.get("power_draw")),
-                power_limit=number(f.get("power_limit") or f.get("power_limit2")),
-                power_default_limit=number(f.get("power_default")),
-                ecc_enabled=flag(f.get("ecc")),
-                ecc_volatile_unc=integer(f.get("v_unc")),
-                ecc_aggregate_unc=integer(f.get("a_unc")),
-                ecc_volatile_corr=integer(f.get("v_corr")),
-                ecc_aggregate_corr=integer(f.get("a_corr")),
-                retired_sbe=integer(f.get("r_sbe")),
-                retired_dbe=integer(f.get("r_dbe")),
-                retired_pending=flag(f.get("r_pending")),
-                remap_corr=integer(f.get("rm_corr")),
-                remap_unc=integer(f.get("rm_unc")),
-                remap_pending=flag(f.get("rm_pending")),
-                remap_failure=flag(f.get("rm_failure")),
-                mig_current=f.get("mig"),
-                mig_pending=f.get("mig_pending"),
-                pcie_gen=integer(f.get("gen")),
-                pcie_gen_max=integer(f.get("gen_max")),
-                pcie_width=integer(f.get("width")),
-                pcie_width_max=integer(f.get("width_max")),
-                fan=raw.get("fan.speed"),
-                fabric_state=f.get("fabric_state"),
-                fabric_status=f.get("fabric_status"),
-                recovery_action=f.get("recovery"),
+                **{
+                    fld.name: raw.get(fld.query[0]) if fld.raw else fld.convert(first(fld.query, f.get))
+                    for fld in STATE_FIELDS
+                    if fld.query
+                },
             )
         )
     if not result.gpus:

@@ -3,7 +3,8 @@
 Every nvidia-smi format (``-q -x`` XML schema v9-v13, ``-q`` text, the default table,
 ``--query-gpu`` CSV) is reduced to ``GpuState`` records with the same fields, so a rule is
 written once. A field the format does not carry, or that reads "N/A" / "[Not Supported]", is
-``None``: rules only fire on values that were actually read.
+``None``: rules only fire on values that were actually read. Where each field is in each format,
+and its converter, is declared once in ``provision.smi``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import re
 from dataclasses import dataclass, field
 
 _BUS = re.compile(r"(?:PCI:)?([0-9A-Fa-f]{1,8}):([0-9A-Fa-f]{1,2}):([0-9A-Fa-f]{1,2})(?:\.([0-7]))?")
-_NUMBER = re.compile(r"^\s*[+-]?\d{1,15}(?:\.\d{1,15})?")
 
 # Clock event (formerly "throttle") reasons: canonical key -> label nvidia-smi -q prints.
 CLOCK_REASONS = {
@@ -49,49 +49,6 @@ def same_gpu(a: str | None, b: str | None) -> bool:
     if not a or not b:
         return False
     return a.split(".")[0] == b.split(".")[0]
-
-
-def number(text: str | None) -> float | None:
-    """The leading number of "38 C", "67.74 W", "16x", "99 %"; None for N/A and friends."""
-    if text is None:
-        return None
-    m = _NUMBER.match(text)
-    return float(m[0]) if m else None
-
-
-def integer(text: str | None) -> int | None:
-    value = number(text)
-    return int(value) if value is not None else None
-
-
-def flag(text: str | None) -> bool | None:
-    """Yes/No, Active/Not Active, Enabled/Disabled -> True/False; anything else None."""
-    if text is None:
-        return None
-    t = text.strip().lower()
-    if t in ("yes", "active", "enabled", "on", "true"):
-        return True
-    if t in ("no", "not active", "disabled", "off", "false"):
-        return False
-    return None
-
-
-def clean(text: str | None) -> str | None:
-    """Strip whitespace; map the not-available spellings to None."""
-    if text is None:
-        return None
-    t = text.strip()
-    if not t or t.strip("[]").lower() in (
-        "n/a",
-        "not supported",
-        "not found",
-        "unknown",
-        "none",
-        "requested functionality has been deprecated",
-        "insufficient permissions",
-    ):
-        return None
-    return t
 
 
 @dataclass(frozen=True, slots=True)

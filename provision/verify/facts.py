@@ -6,18 +6,16 @@ import functools
 import shlex
 from typing import Any, NamedTuple
 
-SMI_FIELDS = (
-    "index",
-    "name",
-    "pci.device_id",
-    "driver_version",
-    "persistence_mode",
-    "mig.mode.current",
-    "mig.mode.pending",
-)
+from provision import smi
+
+# The table fields a check reads, in Gpu's order; values stay as nvidia-smi prints them
+# ("Enabled", "[N/A]"): the checks compare and show those spellings.
+GPU_FIELDS = ("index", "name", "device_id", "driver_version", "persistence", "mig_current", "mig_pending")
+SMI_FIELDS = smi.query_names(*GPU_FIELDS)
+_DEVICE = GPU_FIELDS.index("device_id")
 
 
-class Gpu(NamedTuple):
+class Gpu(NamedTuple):  # one attribute per GPU_FIELDS entry, in its order
     index: str
     name: str
     device_id: str  # "0x20B5" (nvidia-smi prints 0x20B510DE: device then vendor)
@@ -131,9 +129,8 @@ class HostFacts:
             for line in res.out.splitlines():
                 cells = [c.strip() for c in line.split(",")]
                 if len(cells) == len(SMI_FIELDS):
-                    dev = cells[2].lower()
-                    device_id = "0x" + dev[2:6] if dev.startswith("0x") and len(dev) == 10 else dev
-                    gpus.append(Gpu(cells[0], cells[1], device_id, cells[3], cells[4], cells[5], cells[6]))
+                    cells[_DEVICE] = smi.device_id(cells[_DEVICE])
+                    gpus.append(Gpu(*cells))
         return res, gpus
 
     def installed(self, names: list[str]) -> dict[str, Installed]:
