@@ -9,6 +9,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 from provision.errors import CompatDataError
@@ -140,258 +141,200 @@ def _spec(file: str, path: str, text: str):
         raise CompatDataError(file, path, str(exc)) from None
 
 
+# From a YAML item to a model record --------------------------------------------------------
+#
+# A record is declared as its NamedTuple plus how the fields that are not plain copies of the
+# same-named key are made. A field converter is called as ``convert(item, key, file, at)``:
+# ``item`` the YAML mapping, ``key`` the model field's name, ``file`` and ``at`` (the item's key
+# path, ``releases[3]``) name the place in a CompatDataError.
+
+Item = dict[str, Any]
+Convert = Callable[[Item, str, str, str], Any]
+Record = Callable[[Item, str, str], Any]  # (item, file, key path of the item) -> model record
+
+
+def _record(cls: type[Any], **converters: Convert) -> Record:
+    """How to make ``cls`` from one YAML item: fields not named here copy ``item[field]``.
+
+    Fields are made in the model's order, so the first bad value in an item is the one reported.
+    """
+    unknown = set(converters) - set(cls._fields)
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no field {', '.join(sorted(unknown))}")
+    fields = tuple((name, converters.get(name)) for name in cls._fields)
+    new = tuple.__new__  # every field is given, in order: what the NamedTuple's own __new__ does
+
+    def make(item: Item, file: str, at: str) -> Any:
+        return new(cls, [item[key] if convert is None else convert(item, key, file, at) for key, convert in fields])
+
+    return make
+
+
+def _rows(record: Record, file: str, key: str, items: list[Item]) -> tuple[Any, ...]:
+    """Every item of the top-level list ``key``, in file order."""
+    return tuple(record(item, file, f"{key}[{i}]") for i, item in enumerate(items))
+
+
+# Field converters: the conversions every file repeats.
+
+
+def _tuple(item: Item, key: str, file: str, at: str) -> tuple[Any, ...]:
+    return tuple(item[key])
+
+
+def _tuple_or_none(item: Item, key: str, file: str, at: str) -> tuple[Any, ...] | None:
+    return tuple(item[key]) if item[key] else None
+
+
+def _optional(item: Item, key: str, file: str, at: str) -> Any:
+    """A key the schema lets a file leave out."""
+    return item.get(key)
+
+
+def _int(item: Item, key: str, file: str, at: str) -> int:
+    return int(item[key])
+
+
+def _version(item: Item, key: str, file: str, at: str):
+    return _v(file, f"{at}.{key}", item[key])
+
+
+def _version_or_none(item: Item, key: str, file: str, at: str):
+    return _v(file, f"{at}.{key}", item[key]) if item[key] else None
+
+
+def _specifier(item: Item, key: str, file: str, at: str):
+    return _spec(file, f"{at}.{key}", item[key])
+
+
+def _in(block: str, key: str) -> Convert:
+    """``item[block][key]``: a field kept in a nested mapping (gpus' ``memory.size_gb``)."""
+    return lambda item, _name, _file, _at: item[block][key]
+
+
+def _in_nullable(block: str, key: str, *, block_optional: bool = False) -> Convert:
+    """``item[block][key]`` or None where the block is null (or, with block_optional, left out)."""
+    if block_optional:
+        return lambda item, _name, _file, _at: (item.get(block) or {}).get(key)
+    return lambda item, _name, _file, _at: (item[block] or {}).get(key)
+
+
+def _rows_in(record: Record) -> Convert:
+    """A nested list of records (a driver branch's releases): key paths ``at.key[j]``."""
+
+    def convert(item: Item, key: str, file: str, at: str) -> tuple[Any, ...]:
+        return tuple(record(sub, file, f"{at}.{key}[{j}]") for j, sub in enumerate(item[key]))
+
+    return convert
+
+
+def _file_wide(doc: Item, convert: Callable[[Any], Any] | None = None) -> Convert:
+    """A value the file states once for all its items (container_toolkit's packages)."""
+    if convert is None:
+        return lambda _item, key, _file, _at: doc[key]
+    return lambda _item, key, _file, _at: convert(doc[key])
+
+
+def _image_cudnn_os(item: Item, key: str, file: str, at: str) -> tuple[str, ...] | None:
+    cudnn = item["cudnn"]
+    return tuple(cudnn["os"]) if cudnn and "os" in cudnn else None
+
+
+def _image_superseded_by(item: Item, key: str, file: str, at: str):
+    eol = item.get("eol")
+    return _v(file, f"{at}.eol.superseded_by", eol["superseded_by"]) if eol and eol["superseded_by"] else None
+
+
+# What each record is made of -----------------------------------------------------------------
+
+_OS_RELEASE = _record(m.OsRelease, aliases=_tuple, kernel_headers=_tuple, cuda_image_note=_optional, sources=_tuple)
+_ARCHITECTURE = _record(m.Architecture, compute_capabilities=_tuple, kernel_modules=_tuple, sources=_tuple)
+_GPU = _record(
+    m.Gpu,
+    aliases=_tuple,
+    memory_gb=_in("memory", "size_gb"),
+    memory_type=_in("memory", "type"),
+    memory_bandwidth_gbs=_in("memory", "bandwidth_gbs"),
+    fp16_tflops=_in("tensor_tflops", "fp16"),
+    bf16_tflops=_in("tensor_tflops", "bf16"),
+    fp8_tflops=_in("tensor_tflops", "fp8"),
+    nvlink_generation=_in_nullable("nvlink", "generation"),
+    nvlink_bandwidth_gbs=_in_nullable("nvlink", "bandwidth_gbs"),
+    pci_device_ids=_tuple,
+    min_driver=_version_or_none,
+    sources=_tuple,
+    pcie_generation=_in_nullable("pcie", "generation", block_optional=True),
+    pcie_bandwidth_gbs=_in_nullable("pcie", "bandwidth_gbs", block_optional=True),
+)
+_GPU_GROUP = _record(m.GpuGroup, members=_tuple)
+_DRIVER_RELEASE = _record(m.DriverRelease, version=_version, date=_optional, os=_tuple)
+_DRIVER_BRANCH = _record(
+    m.DriverBranch, branch=_int, kernel_modules=_tuple, releases=_rows_in(_DRIVER_RELEASE), sources=_tuple
+)
+_DRIVER_PACKAGING = _record(
+    m.DriverPackaging, os=_tuple, branches=_specifier, packages=_tuple, fabric_manager=_tuple, sources=_tuple
+)
+_CUDA_RELEASE = _record(m.CudaRelease, version=_version, min_driver=_version, os=_tuple)
+_COMPUTE_SUPPORT = _record(m.ComputeSupport, cuda=_specifier)
+_MINOR_COMPAT = _record(m.MinorCompat, min_driver=_version)
+_CUDNN_BUILD = _record(m.CudnnBuild, cuda=_specifier, min_driver=_version, compute_capabilities=_tuple)
+_CUDNN_RELEASE = _record(m.CudnnRelease, version=_version, builds=_rows_in(_CUDNN_BUILD))
+_FRAMEWORK_BUILD = _record(m.FrameworkBuild, compute_capabilities=_tuple_or_none)
+_FRAMEWORK_RELEASE = _record(m.FrameworkRelease, version=_version, builds=_rows_in(_FRAMEWORK_BUILD))
+_FRAMEWORK = _record(m.Framework, releases=_rows_in(_FRAMEWORK_RELEASE))
+_IMAGE_RELEASE = _record(
+    m.ImageRelease,
+    cuda=_version,
+    os=_tuple,
+    flavours=_tuple,
+    cudnn_version=_in_nullable("cudnn", "version"),
+    cudnn_marker=_in_nullable("cudnn", "marker"),
+    cudnn_os=_image_cudnn_os,
+    eol_date=_in_nullable("eol", "date", block_optional=True),
+    superseded_by=_image_superseded_by,
+    eol_source=_in_nullable("eol", "source", block_optional=True),
+)
+_MIG_PROFILE = _record(m.MigProfile, placements=_tuple)
+_MIG_PROFILE_SET = _record(m.MigProfileSet, profiles=_rows_in(_MIG_PROFILE), sources=_tuple)
+_EXCLUSION = _record(m.Exclusion)
+
+
+def _toolkit_release(doc: Item) -> Record:
+    """container_toolkit.yaml names its packages and repository revision once, for every release."""
+    return _record(m.ToolkitRelease, version=_version, packages=_file_wide(doc, tuple), revision=_file_wide(doc))
+
+
 def build(raw: dict[str, Any]) -> m.Matrix:
-    """Turn schema-valid documents into the model (versions parsed here, once)."""
-    sources = {
-        key: m.Source(key, s["title"], s["url"], s["retrieved"], s["kind"])
-        for key, s in raw["sources"]["sources"].items()
-    }
-    os_releases = tuple(
-        m.OsRelease(
-            id=o["id"],
-            name=o["name"],
-            aliases=tuple(o["aliases"]),
-            family=o["family"],
-            distribution=o["distribution"],
-            version=o["version"],
-            pkg_manager=o["pkg_manager"],
-            nvidia_repo=o["nvidia_repo"],
-            kernel_headers=tuple(o["kernel_headers"]),
-            cuda_image_os=o["cuda_image_os"],
-            cuda_image_note=o.get("cuda_image_note"),
-            sources=tuple(o["sources"]),
-        )
-        for o in raw["os"]["os"]
-    )
-    g = raw["gpus"]
-    architectures = tuple(
-        m.Architecture(
-            id=a["id"],
-            name=a["name"],
-            compute_capabilities=tuple(a["compute_capabilities"]),
-            kernel_modules=tuple(a["kernel_modules"]),
-            first_driver_branch=a["first_driver_branch"],
-            last_driver_branch=a["last_driver_branch"],
-            sources=tuple(a["sources"]),
-        )
-        for a in g["architectures"]
-    )
-    gpus = []
-    for i, x in enumerate(g["gpus"]):
-        nvlink = x["nvlink"] or {}
-        gpus.append(
-            m.Gpu(
-                id=x["id"],
-                name=x["name"],
-                aliases=tuple(x["aliases"]),
-                architecture=x["architecture"],
-                compute_capability=x["compute_capability"],
-                memory_gb=x["memory"]["size_gb"],
-                memory_type=x["memory"]["type"],
-                memory_bandwidth_gbs=x["memory"]["bandwidth_gbs"],
-                fp16_tflops=x["tensor_tflops"]["fp16"],
-                bf16_tflops=x["tensor_tflops"]["bf16"],
-                fp8_tflops=x["tensor_tflops"]["fp8"],
-                tdp_w=x["tdp_w"],
-                form_factor=x["form_factor"],
-                nvlink_generation=nvlink.get("generation"),
-                nvlink_bandwidth_gbs=nvlink.get("bandwidth_gbs"),
-                nvswitch=x["nvswitch"],
-                pci_device_ids=tuple(x["pci_device_ids"]),
-                mig=x["mig"],
-                min_driver=_v("gpus.yaml", f"gpus[{i}].min_driver", x["min_driver"]) if x["min_driver"] else None,
-                sources=tuple(x["sources"]),
-                pcie_generation=(x.get("pcie") or {}).get("generation"),
-                pcie_bandwidth_gbs=(x.get("pcie") or {}).get("bandwidth_gbs"),
-            )
-        )
-    groups = tuple(m.GpuGroup(x["id"], x["name"], tuple(x["members"])) for x in g["groups"])
+    """Turn schema-valid documents into the model (versions parsed here, once).
 
-    d = raw["drivers"]
-    drivers = []
-    for i, b in enumerate(d["branches"]):
-        releases = tuple(
-            m.DriverRelease(
-                version=_v("drivers.yaml", f"branches[{i}].releases[{j}].version", r["version"]),
-                date=r.get("date"),
-                os=tuple(r["os"]),
-                source=r["source"],
-            )
-            for j, r in enumerate(b["releases"])
-        )
-        drivers.append(
-            m.DriverBranch(
-                branch=int(b["branch"]),
-                type=b["type"],
-                eol=b["eol"],
-                eol_listed=b["eol_listed"],
-                kernel_modules=tuple(b["kernel_modules"]),
-                default_module=b["default_module"],
-                releases=releases,
-                sources=tuple(b["sources"]),
-            )
-        )
-    packaging = tuple(
-        m.DriverPackaging(
-            os=tuple(p["os"]),
-            branches=_spec("drivers.yaml", f"packaging[{i}].branches", p["branches"]),
-            kernel_module=p["kernel_module"],
-            method=p["method"],
-            module_stream=p["module_stream"],
-            packages=tuple(p["packages"]),
-            fabric_manager=tuple(p["fabric_manager"]),
-            sources=tuple(p["sources"]),
-        )
-        for i, p in enumerate(d["packaging"])
-    )
+    Read as a table: each Matrix field, the file and list it comes from, the record it is made of.
+    """
 
-    c = raw["cuda"]
-    cuda = tuple(
-        m.CudaRelease(
-            version=_v("cuda.yaml", f"releases[{i}].version", r["version"]),
-            label=r["label"],
-            min_driver=_v("cuda.yaml", f"releases[{i}].min_driver", r["min_driver"]),
-            os=tuple(r["os"]),
-            source=r["source"],
-        )
-        for i, r in enumerate(c["releases"])
-    )
-    compute_support = tuple(
-        m.ComputeSupport(
-            s["compute_capability"], _spec("cuda.yaml", f"compute_capabilities[{i}].cuda", s["cuda"]), s["source"]
-        )
-        for i, s in enumerate(c["compute_capabilities"])
-    )
-    minor = tuple(
-        m.MinorCompat(
-            x["cuda_major"],
-            _v("cuda.yaml", f"minor_version_compatibility[{i}].min_driver", x["min_driver"]),
-            x["source"],
-        )
-        for i, x in enumerate(c["minor_version_compatibility"])
-    )
-    cudnn = tuple(
-        m.CudnnRelease(
-            version=_v("cudnn.yaml", f"releases[{i}].version", r["version"]),
-            builds=tuple(
-                m.CudnnBuild(
-                    cuda=_spec("cudnn.yaml", f"releases[{i}].builds[{j}].cuda", b["cuda"]),
-                    min_driver=_v("cudnn.yaml", f"releases[{i}].builds[{j}].min_driver", b["min_driver"]),
-                    compute_capabilities=tuple(b["compute_capabilities"]),
-                )
-                for j, b in enumerate(r["builds"])
-            ),
-            source=r["source"],
-        )
-        for i, r in enumerate(raw["cudnn"]["releases"])
-    )
-    frameworks = []
-    for fi, f in enumerate(raw["frameworks"]["frameworks"]):
-        releases = []
-        for ri, r in enumerate(f["releases"]):
-            builds = tuple(
-                m.FrameworkBuild(
-                    variant=b["variant"],
-                    index_url=b["index_url"],
-                    default=b["default"],
-                    cuda=b["cuda"],
-                    cuda_runtime=b["cuda_runtime"],
-                    cudnn=b["cudnn"],
-                    libraries=b["libraries"],
-                    extra=b["extra"],
-                    compute_capabilities=tuple(b["compute_capabilities"]) if b["compute_capabilities"] else None,
-                    ptx=b["ptx"],
-                    arch_source=b["arch_source"],
-                    source=b["source"],
-                    evidence=b["evidence"],
-                )
-                for b in r["builds"]
-            )
-            releases.append(
-                m.FrameworkRelease(
-                    version=_v("frameworks.yaml", f"frameworks[{fi}].releases[{ri}].version", r["version"]),
-                    python=r["python"],
-                    builds=builds,
-                )
-            )
-        frameworks.append(m.Framework(f["id"], f["name"], f["package"], tuple(releases)))
-    im = raw["images"]
-    images = tuple(
-        m.ImageRelease(
-            cuda=_v("images.yaml", f"releases[{i}].cuda", r["cuda"]),
-            os=tuple(r["os"]),
-            flavours=tuple(r["flavours"]),
-            cudnn_version=(r["cudnn"] or {}).get("version"),
-            cudnn_marker=(r["cudnn"] or {}).get("marker"),
-            source=r["source"],
-            cudnn_os=tuple(r["cudnn"]["os"]) if r["cudnn"] and "os" in r["cudnn"] else None,
-            eol_date=(r.get("eol") or {}).get("date"),
-            superseded_by=_v("images.yaml", f"releases[{i}].eol.superseded_by", r["eol"]["superseded_by"])
-            if r.get("eol") and r["eol"]["superseded_by"]
-            else None,
-            eol_source=(r.get("eol") or {}).get("source"),
-        )
-        for i, r in enumerate(im["releases"])
-    )
-    tk = raw["container_toolkit"]
-    toolkit = tuple(
-        m.ToolkitRelease(
-            version=_v("container_toolkit.yaml", f"releases[{i}].version", r["version"]),
-            date=r["date"],
-            packages=tuple(tk["packages"]),
-            revision=tk["revision"],
-            source=r["source"],
-        )
-        for i, r in enumerate(tk["releases"])
-    )
-    mig = tuple(
-        m.MigProfileSet(
-            id=s["id"],
-            name=s["name"],
-            memory_slices=s["memory_slices"],
-            compute_slices=s["compute_slices"],
-            placements_confirmed=s["placements_confirmed"],
-            note=s["note"],
-            profiles=tuple(
-                m.MigProfile(
-                    name=p["name"],
-                    id=p["id"],
-                    compute_slices=p["compute_slices"],
-                    memory_slices=p["memory_slices"],
-                    placements=tuple(p["placements"]),
-                    max_instances=p["max_instances"],
-                    memory_gib=p["memory_gib"],
-                    sms=p["sms"],
-                    media=p["media"],
-                )
-                for p in s["profiles"]
-            ),
-            sources=tuple(s["sources"]),
-        )
-        for s in raw["mig"]["profile_sets"]
-    )
-    exclusions = tuple(
-        m.Exclusion(x["os"], x["gpu"], x["reason"], x["source"]) for x in raw["unsupported"]["unsupported"]
-    )
+    def rows(name: str, key: str, record: Record) -> tuple[Any, ...]:
+        return _rows(record, f"{name}.yaml", key, raw[name][key])
+
     return m.Matrix(
-        as_of=dt.date.fromisoformat(_full_date(d["as_of"])),
-        sources=sources,
-        os_releases=os_releases,
-        architectures=architectures,
-        gpus=tuple(gpus),
-        gpu_groups=groups,
-        drivers=tuple(drivers),
-        driver_packaging=packaging,
-        cuda=cuda,
-        compute_support=compute_support,
-        minor_compat=minor,
-        cudnn=cudnn,
-        frameworks=tuple(frameworks),
-        images=images,
-        image_repository=im["repository"],
-        toolkit=toolkit,
-        mig=mig,
-        exclusions=exclusions,
+        sources={
+            key: m.Source(key, s["title"], s["url"], s["retrieved"], s["kind"])
+            for key, s in raw["sources"]["sources"].items()
+        },
+        os_releases=rows("os", "os", _OS_RELEASE),
+        architectures=rows("gpus", "architectures", _ARCHITECTURE),
+        gpus=rows("gpus", "gpus", _GPU),
+        gpu_groups=rows("gpus", "groups", _GPU_GROUP),
+        drivers=rows("drivers", "branches", _DRIVER_BRANCH),
+        driver_packaging=rows("drivers", "packaging", _DRIVER_PACKAGING),
+        cuda=rows("cuda", "releases", _CUDA_RELEASE),
+        compute_support=rows("cuda", "compute_capabilities", _COMPUTE_SUPPORT),
+        minor_compat=rows("cuda", "minor_version_compatibility", _MINOR_COMPAT),
+        cudnn=rows("cudnn", "releases", _CUDNN_RELEASE),
+        frameworks=rows("frameworks", "frameworks", _FRAMEWORK),
+        images=rows("images", "releases", _IMAGE_RELEASE),
+        toolkit=rows("container_toolkit", "releases", _toolkit_release(raw["container_toolkit"])),
+        mig=rows("mig", "profile_sets", _MIG_PROFILE_SET),
+        exclusions=rows("unsupported", "unsupported", _EXCLUSION),
+        image_repository=raw["images"]["repository"],
+        as_of=dt.date.fromisoformat(_full_date(raw["drivers"]["as_of"])),
     )
 
 
