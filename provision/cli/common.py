@@ -111,3 +111,23 @@ def default_variant(plan, variant):
     if variant:
         return variant
     return plan.framework.name if plan.framework else "base"
+
+
+def host_pool_options(*, forks_help: str, timeout_help: str):
+    """--forks and --host-timeout (provision/hostpool.py): how many hosts at once, and each one's deadline."""
+    from provision.hostpool import DEFAULT_FORKS, DEFAULT_HOST_TIMEOUT, MIN_HOST_TIMEOUT
+
+    def add(func):
+        func = click.option(
+            "--host-timeout",
+            type=click.IntRange(min=MIN_HOST_TIMEOUT, max=86400),
+            default=DEFAULT_HOST_TIMEOUT,
+            show_default=True,
+            metavar="SECONDS",
+            help=timeout_help,
+        )(func)
+        return click.option(
+            "--forks", type=click.IntRange(min=1, max=500), default=DEFAULT_FORKS, show_default=True, help=forks_help
+        )(func)
+
+    return add

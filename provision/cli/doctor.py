@@ -7,9 +7,8 @@ import sys
 
 import click
 
-from provision.cli.common import load_matrix
+from provision.cli.common import host_pool_options, load_matrix
 from provision.errors import InputError
-from provision.hostpool import DEFAULT_FORKS, DEFAULT_HOST_TIMEOUT, MIN_HOST_TIMEOUT
 
 
 @click.command("doctor")
@@ -33,20 +32,9 @@ from provision.hostpool import DEFAULT_FORKS, DEFAULT_HOST_TIMEOUT, MIN_HOST_TIM
 )
 @click.option("--save-dir", type=click.Path(file_okay=False), help="Keep what was collected, one file per host.")
 @click.option("--sudo", is_flag=True, help="With -i: collect through sudo (the kernel log may need it).")
-@click.option(
-    "--forks",
-    type=click.IntRange(min=1, max=500),
-    default=DEFAULT_FORKS,
-    show_default=True,
-    help="With -i: hosts read at the same time (as Ansible's forks).",
-)
-@click.option(
-    "--host-timeout",
-    type=click.IntRange(min=MIN_HOST_TIMEOUT, max=86400),
-    default=DEFAULT_HOST_TIMEOUT,
-    show_default=True,
-    metavar="SECONDS",
-    help="With --local or -i: deadline per host. nvidia-smi gets a third of it under timeout "
+@host_pool_options(
+    forks_help="With -i: hosts read at the same time (as Ansible's forks).",
+    timeout_help="With --local or -i: deadline per host. nvidia-smi gets a third of it under timeout "
     "--kill-after (a hung one is a finding); the kernel log is read before it.",
 )
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)

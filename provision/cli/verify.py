@@ -7,9 +7,8 @@ import sys
 
 import click
 
-from provision.cli.common import check_output, load_plan, matrix_loader, plan_source, write_output
+from provision.cli.common import check_output, host_pool_options, load_plan, matrix_loader, plan_source, write_output
 from provision.errors import InputError
-from provision.hostpool import DEFAULT_FORKS, DEFAULT_HOST_TIMEOUT, MIN_HOST_TIMEOUT
 
 
 @click.command("verify")
@@ -44,20 +43,9 @@ from provision.hostpool import DEFAULT_FORKS, DEFAULT_HOST_TIMEOUT, MIN_HOST_TIM
 @click.option("--list", "list_checks", is_flag=True, help="List the checks and exit.")
 @click.option("--sudo", is_flag=True, help="Run the checks' commands through sudo.")
 @click.option("--ssh-identity-file", type=click.Path(dir_okay=False), help="SSH key for --host.")
-@click.option(
-    "--forks",
-    type=click.IntRange(min=1, max=500),
-    default=DEFAULT_FORKS,
-    show_default=True,
-    help="Hosts checked at the same time (as Ansible's forks).",
-)
-@click.option(
-    "--host-timeout",
-    type=click.IntRange(min=MIN_HOST_TIMEOUT, max=86400),
-    default=DEFAULT_HOST_TIMEOUT,
-    show_default=True,
-    metavar="SECONDS",
-    help="Deadline per host. Each command on it gets at most a third, under timeout --kill-after; "
+@host_pool_options(
+    forks_help="Hosts checked at the same time (as Ansible's forks).",
+    timeout_help="Deadline per host. Each command on it gets at most a third, under timeout --kill-after; "
     "a host past it is reported as an error with the checks it finished.",
 )
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)

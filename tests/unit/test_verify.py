@@ -566,14 +566,14 @@ def test_worker_events_become_the_report():
             outcome_of(
                 "gpu-a", result_event("gpu-a", "os"), result_event("gpu-a", "gpus", "fail", "2 GPUs"), {"done": 1}
             ),
-            outcome_of("gpu-b", {"unreachable": "ssh: connect to host 10.0.0.7 port 22: Connection refused"}),
+            outcome_of("gpu-b", {"unreachable": "ssh: connect to host 127.0.0.7 port 22: Connection refused"}),
             outcome_of("gpu-c", result_event("gpu-c", "os"), rc=None, seconds=30.0),  # stopped at its deadline
             outcome_of("gpu-d", rc=1, stderr="Traceback ...\nImportError: no module named testinfra\n"),
         ],
         host_timeout=30,
     )
     assert report.host_errors() == {
-        "gpu-b": "host unreachable: ssh: connect to host 10.0.0.7 port 22: Connection refused",
+        "gpu-b": "host unreachable: ssh: connect to host 127.0.0.7 port 22: Connection refused",
         "gpu-c": "did not finish within 30 s (--host-timeout): stopped after 1 check(s); a command on the host "
         "hangs (provision doctor reads the kernel log)",
         "gpu-d": "the checks stopped (exit 1): ImportError: no module named testinfra",
@@ -610,10 +610,10 @@ def test_junit_is_valid_for_jenkins_one_suite_per_host(tmp_path):
     results = [
         *sample_report().results,
         CheckResult("gpu1.example.com", "os", "t", "pass", "", (), 0.1),
-        CheckResult("10.0.0.5", "os", "t", "skip", "no plan", (), 0.0),
+        CheckResult("127.0.0.5", "os", "t", "skip", "no plan", (), 0.0),
     ]
     runs = {"gpu-x": HostRun("host unreachable: ssh: connect to host gpu-x port 22: No route to host", 1e9, 3.0)}
-    report = VerifyReport(["gpu-a", "gpu-b", "gpu1.example.com", "10.0.0.5", "gpu-x"], results, [], 1, runs)
+    report = VerifyReport(["gpu-a", "gpu-b", "gpu1.example.com", "127.0.0.5", "gpu-x"], results, [], 1, runs)
     path = tmp_path / "junit.xml"
     path.write_text(report.junit())
     xmlschema.XMLSchema(JUNIT_10).validate(str(path))
@@ -621,7 +621,7 @@ def test_junit_is_valid_for_jenkins_one_suite_per_host(tmp_path):
     root = ET.parse(path).getroot()
     assert "skipped" not in root.attrib
     suites = {s.get("name"): s for s in root.findall("testsuite")}
-    assert list(suites) == ["gpu-a", "gpu-b", "gpu1.example.com", "10.0.0.5", "gpu-x"]
+    assert list(suites) == ["gpu-a", "gpu-b", "gpu1.example.com", "127.0.0.5", "gpu-x"]
     for host, suite in suites.items():
         for case in suite.findall("testcase"):
             package, _, cls = case.get("classname").rpartition(".")
