@@ -32,6 +32,21 @@ def fixture_matrix(fixture_compat):
     return load_matrix(fixture_compat)
 
 
+@pytest.fixture(params=["fixture", "live"])
+def each_matrix(request):
+    """For properties that hold for any catalogue: the fixture one (fixed) and the live one
+    (whatever a refresh brings)."""
+    return request.getfixturevalue("real_matrix" if request.param == "live" else "fixture_matrix")
+
+
+@pytest.fixture
+def on_fixture_catalogue(fixture_compat, monkeypatch) -> Path:
+    """Every command the test runs reads the fixture catalogue (PROVISION_COMPAT_DIR, the env form
+    of --compat-dir), so a refresh of compat/ changes none of its expectations."""
+    monkeypatch.setenv("PROVISION_COMPAT_DIR", str(fixture_compat))
+    return fixture_compat
+
+
 class CliResult:
     def __init__(self, code: int, out: str, err: str):
         self.code, self.out, self.err = code, out, err

@@ -14,3 +14,40 @@ def make_compat(dest: Path, source: Path = FIXTURE_COMPAT) -> Path:
     shutil.copytree(source, dest, ignore=shutil.ignore_patterns("schema"))
     shutil.copytree(COMPAT / "schema", dest / "schema")
     return dest
+
+
+BUILD_KINDS = {
+    # a TensorFlow-style [and-cuda] build whose CUDA runtime wheel is a range
+    "range": lambda b: bool(b.extra and b.cuda_runtime and b.cuda_runtime[0] in "<>=!~"),
+    # an [and-cuda] build with an exact CUDA 12 runtime pin
+    "exact-extra": lambda b: bool(
+        b.extra and b.cuda_runtime and b.cuda_runtime[0].isdigit() and int(b.cuda.split(".")[0]) < 13
+    ),
+    # CUDA 13 wheels: the runtime comes through the cuda-toolkit metapackage
+    "cuda13": lambda b: bool(b.libraries == "wheels" and b.cuda_runtime and int(b.cuda.split(".")[0]) >= 13),
+    # CUDA and cuDNN from the image, not from wheels
+    "system": lambda b: b.libraries == "system",
+}
+
+
+def plan_by_build_kind(matrix, kind: str, os_id: str = "ubuntu22.04"):
+    """The newest release (catalogue order) whose default build is of this kind, planned with that
+    build on the first GPU it resolves for: (plan, build), or None. Live-data tests pick their
+    subject this way, so a refresh that adds or drops releases changes no expectation."""
+    from provision.errors import InputError
+    from provision.plan.model import PlanRequest
+    from provision.plan.resolve import resolve
+
+    for fw in matrix.frameworks:
+        for release in fw.releases:
+            build = next((b for b in release.builds if b.default), None)
+            if build is None or not BUILD_KINDS[kind](build):
+                continue
+            for gpu in matrix.gpus:
+                try:
+                    plan = resolve(matrix, PlanRequest(os_id, gpu.id, framework=f"{fw.id}=={release.version}"))
+                except InputError:
+                    continue
+                if plan.framework.variant == build.variant:
+                    return plan, build
+    return None

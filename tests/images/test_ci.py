@@ -2,8 +2,12 @@
 vendored GitHub-workflow and GitLab-CI schemas accept, and that GitHub's hardening guide would.
 
 The plans here render the `base` variant (no Python requirements to resolve), so no test needs the
-package index; the framework images' locks are covered in tests/images/test_pylock.py."""
+package index; the framework images' locks are covered in tests/images/test_pylock.py. The plans come
+from the fixture catalogue (tests/fixtures/compat): a refresh of compat/ changes no expectation. The
+workflows pin the actions of compat/ci_actions.yaml, checked for what must hold of any pin (a full
+commit SHA)."""
 
+import json
 import re
 import subprocess
 import sys
@@ -13,10 +17,11 @@ import pytest
 import yaml
 
 BIN = Path(sys.executable).parent
-PLANS = {
-    "h100": ["--os", "ubuntu22.04", "--gpu", "h100-sxm", "--cuda", "12.4.1"],
-    "a100": ["--os", "ubuntu22.04", "--gpu", "a100-pcie", "--cuda", "12.4.1"],
-    "l4": ["--os", "rocky9", "--gpu", "l4"],
+CUDA = "12.4.1"  # pinned: the H100 and A100 plans share one base image
+PLANS = {  # fixture catalogue ids
+    "h100": ["--os", "ubuntu22.04", "--gpu", "h100-sxm", "--cuda", CUDA],
+    "a100": ["--os", "ubuntu22.04", "--gpu", "a100-pcie-80gb", "--cuda", CUDA],
+    "b200": ["--os", "rocky9", "--gpu", "b200"],
 }
 
 
@@ -26,11 +31,17 @@ def lint(*command: str) -> None:
 
 
 @pytest.fixture
-def repo(cli, tmp_path):
+def plan(cli, fixture_compat):
+    """`provision plan` on the fixture catalogue."""
+    return lambda *args: cli("plan", "--compat-dir", str(fixture_compat), *args)
+
+
+@pytest.fixture
+def repo(plan, tmp_path):
     plans = tmp_path / "plans"
     plans.mkdir()
     for name, args in PLANS.items():
-        r = cli("plan", *args, "--lock", str(plans / f"{name}.lock.json"), "--format", "json")
+        r = plan(*args, "--lock", str(plans / f"{name}.lock.json"), "--format", "json")
         assert r.code == 0, r
     (tmp_path / ".github" / "workflows").mkdir(parents=True)
     return tmp_path
@@ -56,15 +67,15 @@ def test_each_distinct_image_is_built_once(workflow):
     assert sorted(shared["plans"].split()) == ["plans/a100.lock.json", "plans/h100.lock.json"]
     assert shared["plan"] in shared["plans"].split()
     assert re.fullmatch(r"sha256:[0-9a-f]{64}", shared["content"])
-    assert shared["tags"].split() == [f"content-{shared['content'][7:19]}-base", "base-cuda12.4.1-ubuntu22.04"]
+    assert shared["tags"].split() == [f"content-{shared['content'][7:19]}-base", f"base-cuda{CUDA}-ubuntu22.04"]
     every_tag = [t for j in jobs for t in j["tags"].split()]
     assert len(every_tag) == len(set(every_tag)), "no two jobs push one tag"
     on = doc.get("on", doc.get(True))  # YAML 1.1 reads a bare `on` key as True
     assert "workflow_dispatch" in on
     assert sorted(on["push"]["paths"]) == [
         "plans/a100.lock.json",
+        "plans/b200.lock.json",
         "plans/h100.lock.json",
-        "plans/l4.lock.json",
         "requirements/provision.lock",
     ]
 
@@ -118,7 +129,7 @@ def test_hardened(workflow):
 
 def test_no_push_builds_only(cli, repo):
     out = repo / ".github" / "workflows" / "one.yml"
-    r = cli("ci", "github", "--plan", str(repo / "plans" / "l4.lock.json"), "--out", str(out), "--no-push")
+    r = cli("ci", "github", "--plan", str(repo / "plans" / "b200.lock.json"), "--out", str(out), "--no-push")
     assert r.code == 0, r
     doc = yaml.safe_load(out.read_text())
     assert len(matrix(doc)) == 1
@@ -151,7 +162,7 @@ def test_readable_tags_two_contents_would_share_are_left_off(monkeypatch, repo):
 
 def test_context_digest_refuses_drifted_content(cli, repo, tmp_path):
     context = tmp_path / "ctx"
-    assert cli("render", "--plan", str(repo / "plans" / "l4.lock.json"), "--out", str(context)).code == 0
+    assert cli("render", "--plan", str(repo / "plans" / "b200.lock.json"), "--out", str(context)).code == 0
     r = cli("ci", "context-digest", str(context))
     assert r.code == 0, r
     digest = r.out.strip()
@@ -186,7 +197,7 @@ def test_ci_refuses_non_plans(cli, tmp_path):
 )
 def test_bad_options_are_refused(cli, repo, args, text):
     out = repo / ".github" / "workflows" / "w.yml"
-    r = cli("ci", "github", "--plan", str(repo / "plans" / "l4.lock.json"), "--out", str(out), *args)
+    r = cli("ci", "github", "--plan", str(repo / "plans" / "b200.lock.json"), "--out", str(out), *args)
     assert r.code == 2, r
     assert text in r.err
     assert not out.exists()
@@ -195,7 +206,7 @@ def test_bad_options_are_refused(cli, repo, args, text):
 def test_plans_outside_the_repository_are_refused(cli, repo, tmp_path):
     workflows = tmp_path / "other" / ".github" / "workflows"
     workflows.mkdir(parents=True)
-    r = cli("ci", "github", "--plan", str(repo / "plans" / "l4.lock.json"), "--out", str(workflows / "w.yml"))
+    r = cli("ci", "github", "--plan", str(repo / "plans" / "b200.lock.json"), "--out", str(workflows / "w.yml"))
     assert r.code == 2, r
     assert "is outside the repository" in r.err
     assert not (workflows / "w.yml").exists()
@@ -258,14 +269,13 @@ def test_gitlab_bad_options_are_refused(cli, repo, monkeypatch, args, text):
 def test_image_lock_records_every_plan_of_the_image(cli, repo, monkeypatch):
     """What a job writes after BuildKit built its image: validated by the published schema."""
     import hashlib
-    import json
 
     monkeypatch.chdir(repo)
     assert cli("render", "--plan", "plans/h100.lock.json", "--variant", "base", "--out", "ctx").code == 0
     image_id = "sha256:" + hashlib.sha256(b"config").hexdigest()
     digest = "sha256:" + hashlib.sha256(b"manifest").hexdigest()
     args = ["--context", "ctx", "--plans", "plans/h100.lock.json plans/a100.lock.json", "--variant", "base"]
-    args += ["--repo", "ghcr.io/acme/gpu", "--tags", "content-0123456789ab-base base-cuda12.4.1-ubuntu22.04"]
+    args += ["--repo", "ghcr.io/acme/gpu", "--tags", f"content-0123456789ab-base base-cuda{CUDA}-ubuntu22.04"]
     r = cli(
         "ci", "image-lock", *args, "--image-id", image_id, "--digest", digest, "--pushed", "true", "--out", "a.json"
     )
@@ -275,8 +285,11 @@ def test_image_lock_records_every_plan_of_the_image(cli, repo, monkeypatch):
     assert doc["plan_digest"] == doc["plans"][0]["digest"]
     assert doc["image_id"] == image_id
     assert doc["repo_digests"] == [f"ghcr.io/acme/gpu@{digest}"]
-    assert doc["tags"] == ["ghcr.io/acme/gpu:content-0123456789ab-base", "ghcr.io/acme/gpu:base-cuda12.4.1-ubuntu22.04"]
-    assert doc["base_image"] == "nvidia/cuda:12.4.1-base-ubuntu22.04"
+    assert doc["tags"] == [
+        "ghcr.io/acme/gpu:content-0123456789ab-base",
+        f"ghcr.io/acme/gpu:base-cuda{CUDA}-ubuntu22.04",
+    ]
+    assert doc["base_image"] == f"nvidia/cuda:{CUDA}-base-ubuntu22.04"
     assert doc["content_digest"] == cli("ci", "context-digest", "ctx").out.strip()
     schema = Path(__file__).resolve().parents[2] / "provision" / "images" / "schema" / "image-lock.schema.json"
     lint(str(BIN / "check-jsonschema"), "--schemafile", str(schema), str(repo / "a.json"))
@@ -300,10 +313,10 @@ def test_image_lock_records_every_plan_of_the_image(cli, repo, monkeypatch):
 )
 def test_image_lock_refuses_bad_input(cli, repo, monkeypatch, change, text):
     monkeypatch.chdir(repo)
-    assert cli("render", "--plan", "plans/l4.lock.json", "--out", "ctx").code == 0
+    assert cli("render", "--plan", "plans/b200.lock.json", "--out", "ctx").code == 0
     options = {
         "--context": "ctx",
-        "--plans": "plans/l4.lock.json",
+        "--plans": "plans/b200.lock.json",
         "--variant": "base",
         "--repo": "ghcr.io/acme/gpu",
         "--tags": "content-0123456789ab-base",
@@ -320,19 +333,21 @@ def test_image_lock_refuses_bad_input(cli, repo, monkeypatch, change, text):
 
 
 # -- framework images: committed locks -----------------------------------------------------------
-def test_framework_images_render_with_committed_locks(cli, repo, monkeypatch):
+def test_framework_images_render_with_committed_locks(cli, plan, repo, monkeypatch):
     """The job renders with the lock committed beside the workflow, so CI builds exactly the content
     the workflow was generated for; regenerating reuses the lock byte for byte."""
     monkeypatch.chdir(repo)
-    for name, gpu in (("torch-h100", "h100-sxm"), ("torch-a100", "a100-pcie")):
+    for name, gpu in (("torch-h100", "h100-sxm"), ("torch-a100", "a100-pcie-80gb")):
         args = ["--os", "ubuntu22.04", "--gpu", gpu, "--framework", "torch==2.5.1"]
-        assert cli("plan", *args, "--lock", f"plans/{name}.lock.json", "--format", "json").code == 0
+        assert plan(*args, "--lock", f"plans/{name}.lock.json", "--format", "json").code == 0
     out = ".github/workflows/images.yml"
     r = cli(
         "ci", "github", "--plan", "plans/torch-h100.lock.json", "--plan", "plans/torch-a100.lock.json", "--out", out
     )
     assert r.code == 0, r
-    lock = "image-locks/pytorch2.5.1-cuda12.4.1-ubuntu22.04.requirements.lock"
+    doc = json.loads((repo / "plans" / "torch-h100.lock.json").read_text())
+    tag = f"pytorch{doc['framework']['version']}-cuda{doc['cuda']['version']}-ubuntu22.04"
+    lock = f"image-locks/{tag}.requirements.lock"
     assert f"wrote {lock}" in r.out
     written = (repo / lock).read_bytes()
     doc = yaml.safe_load((repo / out).read_text())
@@ -357,13 +372,16 @@ def test_framework_images_render_with_committed_locks(cli, repo, monkeypatch):
     lint(str(BIN / "actionlint"), str(repo / out))
 
 
-def test_a_tampered_committed_lock_is_refused(cli, repo, monkeypatch):
+def test_a_tampered_committed_lock_is_refused(cli, plan, repo, monkeypatch):
     monkeypatch.chdir(repo)
     args = ["--os", "ubuntu22.04", "--gpu", "h100-sxm", "--framework", "torch==2.5.1"]
-    assert cli("plan", *args, "--lock", "plans/torch.lock.json", "--format", "json").code == 0
+    assert plan(*args, "--lock", "plans/torch.lock.json", "--format", "json").code == 0
     out = ".github/workflows/images.yml"
     assert cli("ci", "github", "--plan", "plans/torch.lock.json", "--out", out).code == 0
-    lock = repo / "image-locks" / "pytorch2.5.1-cuda12.4.1-ubuntu22.04.requirements.lock"
+    doc = json.loads((repo / "plans" / "torch.lock.json").read_text())
+    tag = f"pytorch{doc['framework']['version']}-cuda{doc['cuda']['version']}-ubuntu22.04"
+    lock = repo / "image-locks" / f"{tag}.requirements.lock"
+    assert lock.exists()
     lock.write_text(lock.read_text() + "--index-url http://example.invalid/simple\n")
     (repo / out).unlink()
     r = cli("ci", "github", "--plan", "plans/torch.lock.json", "--out", out)
@@ -377,7 +395,7 @@ def test_base_digests_make_every_job_build_from_a_digest(cli, repo, monkeypatch)
     from provision.images.pin import BasePin, write_pins
 
     monkeypatch.chdir(repo)
-    tag = "nvidia/cuda:12.4.1-base-ubuntu22.04"
+    tag = f"nvidia/cuda:{CUDA}-base-ubuntu22.04"
     digest = "sha256:" + "ab" * 32
     write_pins("bases.json", [BasePin(tag, f"{tag}@{digest}", digest, "", ("linux/amd64",), "2026-11-30T00:00:00Z")])
     out = ".github/workflows/images.yml"
@@ -392,7 +410,7 @@ def test_base_digests_make_every_job_build_from_a_digest(cli, repo, monkeypatch)
     assert f"FROM {tag}@{digest}\n" in (repo / "ctx" / "Dockerfile").read_text()
     assert cli("ci", "context-digest", "ctx", "--expect", job["content"]).code == 0
     (repo / out).unlink()
-    r = cli("ci", "github", "--plan", "plans/l4.lock.json", "--base-digests", "bases.json", "--out", out)
+    r = cli("ci", "github", "--plan", "plans/b200.lock.json", "--base-digests", "bases.json", "--out", out)
     assert r.code == 2, r
     assert "has no digest for nvidia/cuda:" in r.err
     assert not (repo / out).exists()

@@ -1,5 +1,9 @@
 """pin.py and `provision pin-base` against a fake docker API client (the docker tests resolve
-through a real registry): registry answers, refusals, the base-digest file, end of life."""
+through a real registry): registry answers, refusals, the base-digest file, end of life.
+
+Plans come from the fixture catalogue (tests/fixtures/compat); end of life is read from its rows
+(an image set's end of life is set on a fixture row in memory). The live catalogue is checked for
+what must hold whatever a refresh brings: its newest supported image carries no warning."""
 
 import datetime as dt
 import json
@@ -11,6 +15,7 @@ from unittest import mock
 import docker.errors
 import pytest
 import requests.exceptions
+from support import plan_by_build_kind
 
 from provision.errors import InputError, ToolingError
 from provision.images import pin
@@ -206,65 +211,111 @@ def test_a_tag_without_a_pin_is_refused():
 
 
 # -- which tag, and end of life ----------------------------------------------------------------------
+GPU = "a100-pcie-80gb"  # a fixture catalogue id
+
+
 @pytest.mark.parametrize(
     ("os_id", "gpu", "pins", "variants"),
     [
-        ("rocky9", "a100-pcie", {"framework": "pytorch==2.5.1"}, ["base", "pytorch", "devel"]),
-        ("ubuntu22.04", "h100-sxm", {"framework": "tensorflow==2.15.0"}, ["base", "tensorflow", "devel"]),
-        ("ubuntu22.04", "a100-pcie", {"framework": "tensorflow==2.13.0"}, ["tensorflow", "devel"]),
-        ("ubuntu22.04", "a100-pcie", {}, ["base", "devel"]),
+        ("rocky9", GPU, {"framework": "pytorch==2.5.1"}, ["base", "pytorch", "devel"]),
+        ("ubuntu22.04", "h100-sxm", {"framework": "pytorch==2.9.1"}, ["base", "pytorch", "devel"]),
+        ("ubuntu22.04", GPU, {}, ["base", "devel"]),
     ],
 )
-def test_base_tag_is_what_render_puts_in_from(real_matrix, os_id, gpu, pins, variants):
-    plan = resolve(real_matrix, PlanRequest(os=os_id, gpu=gpu, **pins))
+def test_base_tag_is_what_render_puts_in_from(fixture_matrix, os_id, gpu, pins, variants):
+    plan = resolve(fixture_matrix, PlanRequest(os=os_id, gpu=gpu, **pins))
     for variant in variants:
         assert pin.base_tag(plan, variant) == render_image(plan, variant).from_ref, variant
 
 
-def test_base_tag_of_an_unknown_variant(real_matrix):
-    plan = resolve(real_matrix, PlanRequest(os="ubuntu22.04", gpu="a100-pcie"))
+def test_base_tag_of_a_system_cuda_build(real_matrix):
+    """Live data (the fixture has no system-CUDA build that plans): its image is the cudnn flavour."""
+    found = plan_by_build_kind(real_matrix, "system")
+    assert found, "the live catalogue has a system-CUDA build that plans"
+    plan, _ = found
+    for variant in (plan.framework.name, "devel"):
+        assert pin.base_tag(plan, variant) == render_image(plan, variant).from_ref, variant
+
+
+def test_base_tag_of_an_unknown_variant(fixture_matrix):
+    plan = resolve(fixture_matrix, PlanRequest(os="ubuntu22.04", gpu=GPU))
     with pytest.raises(InputError, match="unknown variant 'cuda'"):
         pin.base_tag(plan, "cuda")
 
 
-DAY = dt.date(2026, 11, 30)
+def eol_by_branch(matrix):
+    """The catalogued CUDA release whose shipping driver branch (its min_driver's) ended first."""
+    shipped = [(c, matrix.branch(c.min_driver.release[0])) for c in matrix.cuda]
+    return min(((c, b) for c, b in shipped if b and b.eol), key=lambda cb: cb[1].eol)
 
 
-@pytest.mark.parametrize(
-    ("cuda", "expected"),
-    [
-        ("12.4", ["shipped with driver R550, end of life 2025-06"]),
-        ("13.0.1", ["CUDA 13.0.1 images superseded by 13.0.3, end of life 2025-11-05 (source: cuda-images-2512)"]),
-        ("11.8", ["CUDA 11 is 2 majors behind CUDA 13"]),
-    ],
-)
-def test_end_of_life_from_the_catalogue(real_matrix, cuda, expected):
-    plan = resolve(real_matrix, PlanRequest(os="ubuntu22.04", gpu="a100-pcie", cuda=cuda))
-    warning = pin.end_of_life(real_matrix, plan, plan.images["base"], DAY)
-    assert warning is not None
-    assert warning.startswith(f"{plan.images['base']}: past NVIDIA's end of life (")
-    for reason in expected:
-        assert reason in warning
-    assert "NVIDIA deletes end-of-life tags six months later" in warning
+def with_image_eol(matrix, cuda, **eol):
+    """The catalogue with one image set's end of life set (as images.yaml `eol` would)."""
+    return matrix._replace(images=tuple(i._replace(**eol) if i.cuda == cuda else i for i in matrix.images))
 
 
-def test_a_supported_image_has_no_warning(real_matrix):
+def end_of_life(matrix, cuda, day):
+    plan = resolve(matrix, PlanRequest(os="ubuntu22.04", gpu=GPU, cuda=str(cuda)))
+    warning = pin.end_of_life(matrix, plan, plan.images["base"], day)
+    if warning is not None:
+        assert warning.startswith(f"{plan.images['base']}: past NVIDIA's end of life (")
+        assert "NVIDIA deletes end-of-life tags six months later" in warning
+    return warning
+
+
+def test_end_of_life_of_the_shipping_driver_branch(fixture_matrix):
+    cuda, branch = eol_by_branch(fixture_matrix)
+    reason = f"CUDA {cuda.version} shipped with driver {branch.label}, end of life {branch.eol}"
+    assert reason in end_of_life(fixture_matrix, cuda.version, fixture_matrix.as_of)
+    year, month = (int(p) for p in branch.eol.split("-"))
+    assert end_of_life(fixture_matrix, cuda.version, dt.date(year, month, 28)) is None, "not before it ends"
+
+
+def test_end_of_life_of_an_image_set(fixture_matrix):
+    newest, superseded = [i for i in fixture_matrix.images if i.cuda.release[0] == 13][:2]  # newest first
+    matrix = with_image_eol(
+        fixture_matrix, superseded.cuda, eol_date="2025-11-05", superseded_by=newest.cuda, eol_source="fixture"
+    )
+    reason = f"CUDA {superseded.cuda} images superseded by {newest.cuda}, end of life 2025-11-05 (source: fixture)"
+    assert reason in end_of_life(matrix, superseded.cuda, fixture_matrix.as_of)
+    assert end_of_life(fixture_matrix, superseded.cuda, fixture_matrix.as_of) is None, "the row as it is: supported"
+
+
+def test_an_eol_date_ahead_is_not_yet_past(fixture_matrix):
+    image = next(i for i in fixture_matrix.images if i.cuda.release[0] == 13 and "ubuntu22.04" in i.os)
+    matrix = with_image_eol(fixture_matrix, image.cuda, eol_date="2025-11-05", eol_source="fixture")
+    assert end_of_life(matrix, image.cuda, dt.date(2025, 11, 4)) is None
+    assert end_of_life(matrix, image.cuda, dt.date(2025, 11, 5)) is not None
+
+
+def test_end_of_life_of_an_old_major(fixture_matrix):
+    majors = sorted({i.cuda.release[0] for i in fixture_matrix.images}, reverse=True)
+    old = next(i for i in fixture_matrix.images if i.cuda.release[0] <= majors[0] - pin.SUPPORTED_MAJORS)
+    reason = f"CUDA {old.cuda.release[0]} is {pin.SUPPORTED_MAJORS} majors behind CUDA {majors[0]}"
+    assert reason in end_of_life(fixture_matrix, old.cuda, fixture_matrix.as_of)
+
+
+def test_the_live_newest_supported_image_has_no_warning(real_matrix):
+    """Whatever a refresh brings: on the catalogue's date, its newest supported image is not past end of life."""
     newest = max(i.cuda for i in real_matrix.images if i.eol_source is None and "ubuntu22.04" in i.os)
-    plan = resolve(real_matrix, PlanRequest(os="ubuntu22.04", gpu="h100-sxm", cuda=str(newest)))
-    assert pin.end_of_life(real_matrix, plan, plan.images["base"], DAY) is None
-
-
-def test_an_eol_date_ahead_is_not_yet_past(real_matrix):
-    plan = resolve(real_matrix, PlanRequest(os="ubuntu22.04", gpu="a100-pcie", cuda="13.0.1"))
-    assert pin.end_of_life(real_matrix, plan, plan.images["base"], dt.date(2025, 11, 4)) is None
-    assert pin.end_of_life(real_matrix, plan, plan.images["base"], dt.date(2025, 11, 5)) is not None
+    for gpu in real_matrix.gpus:
+        try:
+            plan = resolve(real_matrix, PlanRequest(os="ubuntu22.04", gpu=gpu.id, cuda=str(newest)))
+        except InputError:
+            continue
+        assert pin.end_of_life(real_matrix, plan, plan.images["base"], real_matrix.as_of) is None
+        return
+    pytest.fail(f"no GPU plans CUDA {newest} on ubuntu22.04")
 
 
 # -- the command ----------------------------------------------------------------------------------
 @pytest.fixture
-def plan_file(tmp_path, cli):
+def plan_file(tmp_path, cli, on_fixture_catalogue, fixture_matrix):
+    """A fixture plan whose images are past end of life today (the driver branch CUDA shipped with ended)."""
+    cuda, branch = eol_by_branch(fixture_matrix)
+    assert branch.past_eol(dt.date.today()), "the fixture branch has ended"
     path = tmp_path / "plan.lock.json"
-    assert cli("plan", "--os", "ubuntu22.04", "--gpu", "a100-pcie", "--cuda", "12.4", "--lock", str(path)).code == 0
+    assert cli("plan", "--os", "ubuntu22.04", "--gpu", GPU, "--cuda", str(cuda.version), "--lock", str(path)).code == 0
     return path
 
 
@@ -284,7 +335,8 @@ def test_pin_base_writes_and_warns(cli, monkeypatch, plan_file, tmp_path):
     assert api.inspect_distribution.call_count == len(tags)
     assert r.out.splitlines() == [f"{t}  {DIGEST}" for t in tags]
     assert r.err.count("warning: ") == 1, "one warning for the plan's tags"
-    assert "warning: the plan's 5 nvidia/cuda 12.4.1 tags: past NVIDIA's end of life (" in r.err
+    cuda = plan["cuda"]["version"]
+    assert f"warning: the plan's {len(tags)} nvidia/cuda {cuda} tags: past NVIDIA's end of life (" in r.err
     pins = pin.read_pins(str(out))
     assert sorted(pins) == sorted(tags)
     assert pins[plan["images"]["base"]].ref == f"127.0.0.1:5000/{plan['images']['base']}@{DIGEST}"
@@ -340,7 +392,7 @@ def test_pin_base_without_an_engine(cli, monkeypatch, plan_file, tmp_path):
 @pytest.mark.parametrize(
     ("digests", "extra", "message"),
     [
-        ('{"schema": 1, "images": {}}', [], "has no digest for nvidia/cuda:12.4.1-base-ubuntu22.04"),
+        ('{"schema": 1, "images": {}}', [], "has no digest for BASE"),
         ("[]", [], "is not of type 'object'"),
         (
             '{"schema": 1, "images": {}}',
@@ -369,7 +421,7 @@ def test_build_refuses_bad_base_digests_before_the_engine(
         *extra,
     )
     assert r.code == 2, r
-    assert message in r.err
+    assert message.replace("BASE", json.loads(plan_file.read_text())["images"]["base"]) in r.err
     assert not lock.exists()
 
 

@@ -1,4 +1,8 @@
-"""Rendering Dockerfiles from plans: content, reproducibility, bad input, and the hadolint sweep."""
+"""Rendering Dockerfiles from plans: content, reproducibility, bad input, and the hadolint sweep.
+
+Plans come from the fixture catalogue (tests/fixtures/compat), and what a render must contain is read
+from its rows; the tests about the live catalogue (TensorFlow's post-release, the system-CUDA build,
+the sweep over every live combination) assert what holds for any of its rows, not today's tags."""
 
 import hashlib
 import json
@@ -9,25 +13,49 @@ from pathlib import Path
 
 import pytest
 from packaging.specifiers import SpecifierSet
+from support import plan_by_build_kind
 
 from provision.errors import InputError
 from provision.images.pylock import plan_constraints
 from provision.images.render import content_digest, image_tags, render_image, variants, write_context
 from provision.plan.model import PlanRequest, nvidia_require_cuda
 from provision.plan.resolve import resolve
+from provision.versions import major_minor
 
 HADOLINT = Path(sys.executable).parent / "hadolint"
 CONFIG = Path(__file__).resolve().parents[2] / ".hadolint.yaml"
+
+
+# fixture catalogue ids
+A100, H100 = "a100-pcie-80gb", "h100-sxm"
 
 
 def plan_for(matrix, os_id, gpu, **pins):
     return resolve(matrix, PlanRequest(os=os_id, gpu=gpu, **pins))
 
 
-def test_pytorch_on_rocky(real_matrix):
-    plan = plan_for(real_matrix, "rocky9", "a100-pcie", framework="pytorch==2.5.1")
+def default_build(matrix, framework, index=0):
+    """A release of the catalogue (newest first) and its default build, from the rows."""
+    release = matrix.framework(framework).releases[index]
+    return release, next(b for b in release.builds if b.default)
+
+
+def two_parts(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def image_row(matrix, cuda_mm, os_id):
+    """The newest nvidia/cuda image release of a CUDA major.minor for the OS."""
+    suffix = matrix.os(os_id).cuda_image_os
+    return next(i for i in matrix.images if major_minor(i.cuda) == cuda_mm and suffix in i.os), suffix
+
+
+def test_pytorch_on_rocky(fixture_matrix):
+    release, build = default_build(fixture_matrix, "pytorch", -1)
+    plan = plan_for(fixture_matrix, "rocky9", A100, framework=f"pytorch=={release.version}")
+    image, suffix = image_row(fixture_matrix, build.cuda, "rocky9")
     r = render_image(plan, "pytorch")
-    assert r.from_ref == plan.images["base"] == "nvidia/cuda:12.4.1-base-rockylinux9"
+    assert r.from_ref == plan.images["base"] == f"nvidia/cuda:{image.cuda}-base-{suffix}"
     df = r.dockerfile
     assert df.count("FROM ") == 1
     assert f"FROM {r.from_ref}\n" in df
@@ -35,26 +63,45 @@ def test_pytorch_on_rocky(real_matrix):
     assert "dnf clean all" in df
     assert "apt-get" not in df
     assert "--no-cache-dir" in df
-    assert 'ENV NVIDIA_REQUIRE_CUDA="cuda>=12.4"' in df
+    assert f'ENV NVIDIA_REQUIRE_CUDA="cuda>={build.cuda}"' in df
     assert "plan-digest" not in df, "no plan id: plans share images"
     assert "io.provision.gpu" not in df, "no GPU id: plans share images"
-    assert 'io.provision.sm="sm_50 sm_60 sm_70 sm_75 sm_80 sm_86 sm_90"' in df, "the torch build's SASS"
-    assert 'io.provision.framework="torch==2.5.1"' in df
+    sass = " ".join(f"sm_{cc.replace('.', '')}" for cc in build.compute_capabilities)
+    assert f'io.provision.sm="{sass}"' in df, "the torch build's SASS"
+    assert f'io.provision.framework="torch=={release.version}"' in df
     assert f'io.provision.driver-floor="{plan.driver_floor}"' in df
     assert "USER 10001:10001" in df
     assert "created" not in df
     lock = r.files["requirements.lock"]
-    assert "\ntorch==2.5.1 \\\n" in lock
-    assert "\nnvidia-cudnn-cu12==9.1.0.70 \\\n" in lock, "the plan's cuDNN"
+    assert f"\ntorch=={release.version} \\\n" in lock
+    assert f"\nnvidia-cudnn-cu12=={build.cudnn} \\\n" in lock, "the plan's cuDNN"
     assert "for Python 3.9 on x86_64-manylinux_2_34." in lock, "EL9's python3 and glibc"
     assert "pip install --no-cache-dir --require-hashes --no-deps --only-binary=:all: -r /tmp/requirements.lock" in df
-    assert r.tags == ("pytorch2.5.1-cuda12.4.1-rockylinux9", f"content-{content_digest(r.files)[7:19]}-pytorch")
+    assert r.tags == (
+        f"pytorch{release.version}-cuda{image.cuda}-{suffix}",
+        f"content-{content_digest(r.files)[7:19]}-pytorch",
+    )
+
+
+def test_the_sm_label_is_the_framework_builds_sass(fixture_matrix):
+    """A framework image serves what its build carries SASS for; a base image, what its CUDA builds for."""
+    release, build = default_build(fixture_matrix, "pytorch")
+    plan = plan_for(fixture_matrix, "ubuntu22.04", H100, framework=f"pytorch=={release.version}")
+    assert set(build.compute_capabilities) != set(plan.cuda.compute_capabilities), "rows that tell them apart"
+    sass = " ".join(f"sm_{cc.replace('.', '')}" for cc in build.compute_capabilities)
+    assert render_image(plan, "pytorch").labels["io.provision.sm"] == sass
+    cuda = " ".join(f"sm_{cc.replace('.', '')}" for cc in plan.cuda.compute_capabilities)
+    assert render_image(plan, "base").labels["io.provision.sm"] == cuda
 
 
 def test_tensorflow_on_ubuntu(real_matrix):
+    """Live data: TensorFlow 2.15.0's [and-cuda] cannot be installed (the local index mirrors pypi.org)."""
     plan = plan_for(real_matrix, "ubuntu22.04", "h100-sxm", framework="tensorflow==2.15.0")
     r = render_image(plan, "tensorflow")
-    assert r.from_ref == "nvidia/cuda:12.2.2-base-ubuntu22.04"
+    image, suffix = image_row(real_matrix, two_parts(plan.cuda.version), "ubuntu22.04")
+    assert str(image.cuda) == plan.cuda.version, "the newest image of the build's CUDA"
+    assert "base" in image.flavours
+    assert r.from_ref == plan.images["base"] == f"nvidia/cuda:{image.cuda}-base-{suffix}"
     assert "rm -rf /var/lib/apt/lists/*" in r.dockerfile
     assert "dnf" not in r.dockerfile
     lock = r.files["requirements.lock"]
@@ -62,60 +109,79 @@ def test_tensorflow_on_ubuntu(real_matrix):
     assert "# note: tensorflow[and-cuda]==2.15.0 cannot be installed (" in lock
     assert "tensorrt-libs" in lock, "uv's reason, kept in the header"
     assert f"\nnvidia-cudnn-cu12=={plan.framework.cudnn} \\\n" in lock, "the plan's cuDNN, not the newest"
-    assert "\nnvidia-cuda-runtime-cu12==12.2.140 \\\n" in lock
+    assert f"\nnvidia-cuda-runtime-cu12=={plan.framework.cuda_runtime} \\\n" in lock
 
 
-def test_index_url_for_a_variant_build(real_matrix, tmp_path):
+def test_index_url_for_a_variant_build(fixture_matrix, tmp_path):
     """The plan's index goes to pip as an extra index; the lock (committed here) names no index."""
-    plan = plan_for(real_matrix, "ubuntu22.04", "v100", framework="pytorch==2.14.0")
-    assert plan.framework.index_url == "https://download.pytorch.org/whl/cu126"
+    release, default = default_build(fixture_matrix, "pytorch")
+    old = next(g for g in fixture_matrix.gpus if g.compute_capability not in default.compute_capabilities)
+    variant = next(b for b in release.builds if b.index_url and old.compute_capability in b.compute_capabilities)
+    plan = plan_for(fixture_matrix, "ubuntu22.04", old.id, framework=f"pytorch=={release.version}")
+    assert plan.framework.index_url == variant.index_url, "the default build lacks the GPU's SASS: the variant's index"
     lock = tmp_path / "requirements.lock"
     lock.write_text(
-        "# a lock resolved against https://download.pytorch.org/whl/cu126\n"
-        f"torch==2.14.0+cu126 --hash=sha256:{'1' * 64}\n"
+        f"# a lock resolved against {variant.index_url}\n"
+        f"torch=={release.version}+{variant.variant} --hash=sha256:{'1' * 64}\n"
         f"nvidia-cudnn-cu12=={plan.framework.cudnn} \\\n    --hash=sha256:{'2' * 64}\n"
     )
     r = render_image(plan, "pytorch", lock_file=str(lock))
     assert r.files["requirements.lock"] == lock.read_text()
-    assert (
-        "--only-binary=:all: --extra-index-url https://download.pytorch.org/whl/cu126 -r /tmp/requirements.lock"
-        in r.dockerfile
-    )
+    assert f"--only-binary=:all: --extra-index-url {variant.index_url} -r /tmp/requirements.lock" in r.dockerfile
 
 
 def test_system_cuda_tensorflow_uses_the_cudnn_image(real_matrix):
-    plan = plan_for(real_matrix, "ubuntu22.04", "l4", framework="tensorflow==2.12.0")
-    assert render_image(plan, "tensorflow").from_ref == "nvidia/cuda:11.8.0-cudnn8-runtime-ubuntu22.04"
+    """Live data (the fixture's system-CUDA build has no cuDNN 8 support matrix to plan with): the
+    newest system-CUDA build takes CUDA and cuDNN from the image's cudnn runtime flavour."""
+    found = plan_by_build_kind(real_matrix, "system")
+    assert found, "the live catalogue has a system-CUDA build that plans"
+    plan, _ = found
+    image, suffix = image_row(real_matrix, two_parts(plan.cuda.version), "ubuntu22.04")
+    assert "cudnn-runtime" in image.flavours
+    expected = f"nvidia/cuda:{plan.cuda.version}-{image.cudnn_marker}-runtime-{suffix}"
+    assert render_image(plan, plan.framework.name).from_ref == expected
 
 
-def test_python_satisfies_requires_python(real_matrix):
-    plan = plan_for(real_matrix, "rocky9", "h100-sxm", framework="pytorch==2.11.0")
+def test_python_satisfies_requires_python(fixture_matrix):
+    release, _ = default_build(fixture_matrix, "pytorch")
+    assert not SpecifierSet(release.python).contains("3.9"), "the release needs a newer Python than EL9's 3.9"
+    plan = plan_for(fixture_matrix, "rocky9", H100, framework=f"pytorch=={release.version}")
     r = render_image(plan, "pytorch")
-    assert "python3.11 -m venv" in r.dockerfile, "EL9's python3 is 3.9; torch 2.11 needs >= 3.10"
+    assert "python3.11 -m venv" in r.dockerfile, "EL9's python3 is 3.9: the release needs another interpreter"
 
 
-def test_minor_version_plan_admits_its_driver_branch(real_matrix):
-    plan = plan_for(real_matrix, "ubuntu22.04", "a100-pcie", driver="535", cuda="12.4")
-    assert nvidia_require_cuda(plan).startswith("cuda>=12.4 brand=tesla,driver>=535,driver<536")
+def test_minor_version_plan_admits_its_driver_branch(fixture_matrix):
+    floor = next(mc for mc in fixture_matrix.minor_compat if mc.cuda_major == 12)
+    branch = next(
+        b for b in reversed(fixture_matrix.drivers) if b.releases[0].version >= floor.min_driver
+    )  # the oldest branch minor-version compatibility admits
+    cuda = next(
+        c for c in fixture_matrix.cuda if c.version.release[0] == 12 and c.min_driver.release[0] > branch.branch
+    )
+    mm = major_minor(cuda.version)
+    plan = plan_for(fixture_matrix, "ubuntu22.04", A100, driver=str(branch.branch), cuda=mm)
+    expected = f"cuda>={mm} brand=tesla,driver>={branch.branch},driver<{branch.branch + 1}"
+    assert nvidia_require_cuda(plan).startswith(expected)
 
 
-def test_base_image_override_and_devel(real_matrix):
-    plan = plan_for(real_matrix, "rocky9", "b200")
+def test_base_image_override_and_devel(fixture_matrix):
+    plan = plan_for(fixture_matrix, "rocky9", "b200")
     r = render_image(plan, "devel", base_image="registry.local/nvidia/cuda@sha256:" + "a" * 64)
     assert r.from_ref.startswith("registry.local/")
     assert "FROM registry.local/nvidia/cuda@sha256:" in r.dockerfile
     assert render_image(plan, "devel").from_ref == plan.images["cudnn-devel"]
 
 
-def test_renders_are_reproducible(real_matrix, tmp_path):
-    plan = plan_for(real_matrix, "ubuntu22.04", "h100-sxm", framework="pytorch==2.9.1")
+def test_renders_are_reproducible(fixture_matrix, tmp_path):
+    release, _ = default_build(fixture_matrix, "pytorch")
+    plan = plan_for(fixture_matrix, "ubuntu22.04", H100, framework=f"pytorch=={release.version}")
     a = write_context(render_image(plan, "pytorch"), plan, tmp_path / "a")
     b = write_context(render_image(plan, "pytorch"), plan, tmp_path / "b")
     for name in ("Dockerfile", "requirements.lock", "plan.lock.json"):
         assert (Path(a) / name).read_bytes() == (Path(b) / name).read_bytes()
 
 
-def test_user_templates_extend_ours(real_matrix, tmp_path):
+def test_user_templates_extend_ours(fixture_matrix, tmp_path):
     (tmp_path / "variants.yaml").write_text(
         "variants:\n  tools:\n    template: tools/Dockerfile.j2\n    flavour: runtime\n    framework: null\n"
         "    description: with jq\n"
@@ -124,7 +190,7 @@ def test_user_templates_extend_ours(real_matrix, tmp_path):
     (tmp_path / "tools" / "Dockerfile.j2").write_text(
         '{% extends "provision/base/Dockerfile.j2" %}\n{% block software %}\n{{ macros.install_packages(["jq"]) }}\n{% endblock %}\n'
     )
-    plan = plan_for(real_matrix, "ubuntu22.04", "l4")
+    plan = plan_for(fixture_matrix, "ubuntu22.04", A100)
     r = render_image(plan, "tools", templates=str(tmp_path))
     assert "apt-get install -y --no-install-recommends jq" in r.dockerfile
     assert r.from_ref == plan.images["runtime"]
@@ -140,26 +206,26 @@ def test_user_templates_extend_ours(real_matrix, tmp_path):
         ("tensorflow", {"framework": "pytorch==2.5.1"}, "got a pytorch plan"),
     ],
 )
-def test_bad_variants(real_matrix, variant, pins, text):
-    plan = plan_for(real_matrix, "rocky9", "a100-pcie", **pins)
+def test_bad_variants(fixture_matrix, variant, pins, text):
+    plan = plan_for(fixture_matrix, "rocky9", A100, **pins)
     with pytest.raises(InputError, match=text) as info:
         render_image(plan, variant)
     assert info.value.exit_code == 2
     assert info.value.hint
 
 
-def test_strict_undefined_in_user_templates(real_matrix, tmp_path):
+def test_strict_undefined_in_user_templates(fixture_matrix, tmp_path):
     (tmp_path / "variants.yaml").write_text(
         "variants:\n  bad:\n    template: bad.j2\n    flavour: base\n    framework: null\n    description: x\n"
     )
     (tmp_path / "bad.j2").write_text("FROM {{ image.no_such_thing }}\n")
     with pytest.raises(InputError, match="failed to render"):
-        render_image(plan_for(real_matrix, "rocky9", "t4"), "bad", templates=str(tmp_path))
+        render_image(plan_for(fixture_matrix, "rocky9", "v100-pcie"), "bad", templates=str(tmp_path))
 
 
-def test_render_cli_and_its_errors(cli, tmp_path):
+def test_render_cli_and_its_errors(cli, on_fixture_catalogue, tmp_path):
     out = tmp_path / "ctx"
-    r = cli("render", "--os", "rocky9", "--gpu", "a100-pcie", "--framework", "pytorch==2.5.1", "--out", str(out))
+    r = cli("render", "--os", "rocky9", "--gpu", A100, "--framework", "pytorch==2.5.1", "--out", str(out))
     assert r.code == 0
     assert r.out.strip() == str(out)
     assert sorted(p.name for p in out.iterdir()) == ["Dockerfile", "plan.lock.json", "requirements.lock"]
@@ -192,13 +258,15 @@ def test_render_cli_and_its_errors(cli, tmp_path):
     assert not (tmp_path / "n2").exists()
 
 
-REPRESENTATIVE_GPUS = ("a100-pcie", "h100-sxm", "l4", "v100", "b200")
+def representative_gpus(matrix):
+    """One GPU of each architecture (the first the catalogue lists): what a render depends on."""
+    return list({g.architecture: g.id for g in reversed(matrix.gpus)}.values())
 
 
 def sweep(matrix):
     """Every supported (os, gpu, variant, framework version) combination."""
     for os_rel in matrix.os_releases:
-        for gpu in REPRESENTATIVE_GPUS:
+        for gpu in representative_gpus(matrix):
             base = resolve(matrix, PlanRequest(os_rel.id, gpu), suggest=False)
             yield f"{os_rel.id}-{gpu}-base", base, "base"
             yield f"{os_rel.id}-{gpu}-devel", base, "devel"
@@ -232,17 +300,21 @@ def test_sweep_renders_and_lints_every_supported_combination(real_matrix, tmp_pa
     files = []
     locks = tmp_path / "locks"
     locks.mkdir()
-    for name, plan, variant in sweep(real_matrix):
+    combos = list(sweep(real_matrix))
+    for name, plan, variant in combos:
         lock = agreeing_lock(plan.framework, locks) if plan.framework else None
         try:
             rendered = render_image(plan, variant, lock_file=lock)
         except InputError as exc:
             assert "Requires-Python" in exc.message, (name, exc.message)  # no interpreter on that OS: refused, said so
+            assert plan.framework, "base and devel images always render"
             continue
         path = tmp_path / f"{name}.Dockerfile"
         path.write_text(rendered.dockerfile)
         files.append(path)
-    assert len(files) > 500, len(files)
+    # every (os, architecture) base and devel image, and the framework images too
+    assert len(files) > 2 * len(real_matrix.os_releases) * len(representative_gpus(real_matrix)), len(files)
+    assert any(plan.framework for _, plan, _ in combos)
     for i in range(0, len(files), 200):
         proc = subprocess.run(
             [str(HADOLINT), "--config", str(CONFIG), *map(str, files[i : i + 200])],
@@ -255,22 +327,24 @@ def test_sweep_renders_and_lints_every_supported_combination(real_matrix, tmp_pa
     print(f"rendered and linted {len(files)} Dockerfiles")
 
 
-def test_image_tags(real_matrix):
-    plan = plan_for(real_matrix, "ubuntu22.04", "h100-sxm", framework="tensorflow==2.15.0")
+def test_image_tags(fixture_matrix):
+    release, build = default_build(fixture_matrix, "pytorch", -1)
+    plan = plan_for(fixture_matrix, "ubuntu22.04", H100, framework=f"pytorch=={release.version}")
+    image, suffix = image_row(fixture_matrix, build.cuda, "ubuntu22.04")
     files = {"Dockerfile": "FROM x\n"}
-    assert image_tags(plan, "tensorflow", files)[0] == "tensorflow2.15.0-cuda12.2.2-ubuntu22.04"
-    assert image_tags(plan, "base", files)[0] == "base-cuda12.2.2-ubuntu22.04"
+    assert image_tags(plan, "pytorch", files)[0] == f"pytorch{release.version}-cuda{image.cuda}-{suffix}"
+    assert image_tags(plan, "base", files)[0] == f"base-cuda{image.cuda}-{suffix}"
     assert image_tags(plan, "base", files)[1] == f"content-{content_digest(files)[7:19]}-base"
     assert content_digest({"Dockerfile": "FROM x\n", "a": "b"}) != content_digest({"Dockerfile": "FROM x\na", "": "b"})
 
 
-def test_plans_for_different_gpus_share_one_image(real_matrix):
+def test_plans_for_different_gpus_share_one_image(fixture_matrix):
     """H100 and A100 plans of one framework build render one build context: one image, one content tag."""
-    one = render_image(plan_for(real_matrix, "ubuntu22.04", "h100-sxm", framework="torch==2.5.1"), "pytorch")
-    two = render_image(plan_for(real_matrix, "ubuntu22.04", "a100-pcie", framework="torch==2.5.1"), "pytorch")
+    one = render_image(plan_for(fixture_matrix, "ubuntu22.04", H100, framework="torch==2.5.1"), "pytorch")
+    two = render_image(plan_for(fixture_matrix, "ubuntu22.04", A100, framework="torch==2.5.1"), "pytorch")
     assert one.files == two.files
     assert one.tags == two.tags
-    plan = plan_for(real_matrix, "ubuntu22.04", "h100-sxm")
+    plan = plan_for(fixture_matrix, "ubuntu22.04", H100)
     base = render_image(plan, "base")
     sms = base.labels["io.provision.sm"].split()
     assert "sm_90" in sms, "a base image serves what its CUDA builds for"

@@ -1,6 +1,7 @@
 """A small package index of test wheels, built at test time and served on 127.0.0.1.
 
-The wheels are empty packages whose metadata mirrors the catalogue (compat/frameworks.yaml): each
+The wheels are empty packages whose metadata mirrors the catalogues (the fixture one,
+tests/fixtures/compat/frameworks.yaml, that the render tests plan from, then the live compat/): each
 framework release requires its CUDA runtime and cuDNN wheels the way the real one does (PyTorch
 exactly, TensorFlow's [and-cuda] extra with floors), a newer cuDNN is on offer beside the planned one
 (so only the plan's constraints keep it out), and tensorflow[and-cuda]==2.15.0 needs a tensorrt-libs
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import yaml
 from packaging.specifiers import SpecifierSet
-from support import COMPAT
+from support import COMPAT, FIXTURE_COMPAT
 
 STAMP = (2024, 1, 1, 0, 0, 0)
 
@@ -70,53 +71,66 @@ def write_simple_index(root: Path, wheels: list[Path], prefix: str = "simple") -
         (page / "index.html").write_text(f"<!DOCTYPE html>\n<html><body>\n{links}</body></html>\n")
 
 
-def catalogue_wheels(files: Path) -> list[Path]:
-    """Wheels for every default (package-index) framework build of the catalogue, and their CUDA wheels."""
-    doc = yaml.safe_load((COMPAT / "frameworks.yaml").read_text())
+def catalogue_wheels(files: Path, catalogues: tuple[Path, ...] = (FIXTURE_COMPAT, COMPAT)) -> list[Path]:
+    """Wheels for every default (package-index) framework build of the catalogues, and their CUDA
+    wheels. A release in more than one catalogue is built once, from the first (the fixture's, so
+    the render tests' index never changes with a refresh of compat/)."""
     wheels: list[Path] = []
+    made: set[tuple[str, str]] = set()
     cuda_wheels: set[tuple[str, str, tuple[str, ...]]] = set()
-    for fw in doc["frameworks"]:
-        for release in fw["releases"]:
-            build = next((b for b in release["builds"] if b["index_url"] is None), None)
-            if build is None:
-                continue
-            requires, extras = [], ()
-            marker = ""
-            if build["extra"]:
-                extras = (build["extra"],)
-                marker = f'; extra == "{build["extra"]}"'
-            major = build["cuda"].split(".")[0]
-            if build["libraries"] == "wheels" and build["cudnn"]:
-                cudnn_major = int(build["cudnn"].split(".")[0])
-                spec = f">={build['cudnn']},<{cudnn_major + 1}" if build["extra"] else f"=={build['cudnn']}"
-                requires.append(f"nvidia-cudnn-cu{major}{spec}{marker}")
-                cuda_wheels.add((f"nvidia-cudnn-cu{major}", build["cudnn"], ()))
-                cuda_wheels.add((f"nvidia-cudnn-cu{major}", f"{cudnn_major}.99.0.1", ()))  # newer than any plan
-            runtime = build["cuda_runtime"]
-            if build["libraries"] == "wheels" and runtime:
-                if int(major) >= 13:  # from CUDA 13 the cuda-toolkit metapackage carries the runtime wheel
-                    requires.append(f"cuda-toolkit[cudart]=={runtime}{marker}")
-                    inner = f"{build['cuda']}.86"
-                    cuda_wheels.add(("nvidia-cuda-runtime", inner, ()))
-                    cuda_wheels.add(("cuda-toolkit", runtime, (f'nvidia-cuda-runtime=={inner}; extra == "cudart"',)))
-                elif runtime[0] in "<>=!~":  # a range, as TensorFlow 2.19's [and-cuda]: its floor and a newer one
-                    requires.append(f"nvidia-cuda-runtime-cu{major}{runtime}{marker}")
-                    floor = next(s.version for s in SpecifierSet(runtime) if s.operator == ">=")
-                    cuda_wheels.add((f"nvidia-cuda-runtime-cu{major}", floor, ()))
-                    cuda_wheels.add((f"nvidia-cuda-runtime-cu{major}", f"{major}.9.1", ()))
-                else:
-                    requires.append(f"nvidia-cuda-runtime-cu{major}=={runtime}{marker}")
-                    cuda_wheels.add((f"nvidia-cuda-runtime-cu{major}", runtime, ()))
-            package, version = fw["package"], release["version"]
-            if (package, version) == ("tensorflow", "2.15.0"):
-                # as on pypi.org: 2.15.0's [and-cuda] needs tensorrt-libs 8.6.1, which was never published
-                broken = [*requires, f"tensorrt-libs==8.6.1{marker}"]
-                wheels.append(make_wheel(files, package, version, broken, python=release["python"], extras=extras))
-                version = "2.15.0.post1"
-            wheels.append(make_wheel(files, package, version, requires, python=release["python"], extras=extras))
+    for compat in catalogues:
+        doc = yaml.safe_load((compat / "frameworks.yaml").read_text())
+        for fw in doc["frameworks"]:
+            for release in fw["releases"]:
+                if (fw["package"], release["version"]) not in made:
+                    made.add((fw["package"], release["version"]))
+                    wheels += release_wheels(files, fw, release, cuda_wheels)
     for name, version, requires in sorted(cuda_wheels):
         extras = ("cudart",) if name == "cuda-toolkit" else ()
         wheels.append(make_wheel(files, name, version, list(requires), extras=extras))
+    return wheels
+
+
+def release_wheels(files: Path, fw: dict, release: dict, cuda_wheels: set) -> list[Path]:
+    """The framework wheel(s) of one release's default build; the CUDA wheels it needs go to cuda_wheels."""
+    wheels: list[Path] = []
+    build = next((b for b in release["builds"] if b["index_url"] is None), None)
+    if build is None:
+        return wheels
+    requires, extras = [], ()
+    marker = ""
+    if build["extra"]:
+        extras = (build["extra"],)
+        marker = f'; extra == "{build["extra"]}"'
+    major = build["cuda"].split(".")[0]
+    if build["libraries"] == "wheels" and build["cudnn"]:
+        cudnn_major = int(build["cudnn"].split(".")[0])
+        spec = f">={build['cudnn']},<{cudnn_major + 1}" if build["extra"] else f"=={build['cudnn']}"
+        requires.append(f"nvidia-cudnn-cu{major}{spec}{marker}")
+        cuda_wheels.add((f"nvidia-cudnn-cu{major}", build["cudnn"], ()))
+        cuda_wheels.add((f"nvidia-cudnn-cu{major}", f"{cudnn_major}.99.0.1", ()))  # newer than any plan
+    runtime = build["cuda_runtime"]
+    if build["libraries"] == "wheels" and runtime:
+        if int(major) >= 13:  # from CUDA 13 the cuda-toolkit metapackage carries the runtime wheel
+            requires.append(f"cuda-toolkit[cudart]=={runtime}{marker}")
+            inner = f"{build['cuda']}.86"
+            cuda_wheels.add(("nvidia-cuda-runtime", inner, ()))
+            cuda_wheels.add(("cuda-toolkit", runtime, (f'nvidia-cuda-runtime=={inner}; extra == "cudart"',)))
+        elif runtime[0] in "<>=!~":  # a range, as TensorFlow 2.19's [and-cuda]: its floor and a newer one
+            requires.append(f"nvidia-cuda-runtime-cu{major}{runtime}{marker}")
+            floor = next(s.version for s in SpecifierSet(runtime) if s.operator == ">=")
+            cuda_wheels.add((f"nvidia-cuda-runtime-cu{major}", floor, ()))
+            cuda_wheels.add((f"nvidia-cuda-runtime-cu{major}", f"{major}.9.1", ()))
+        else:
+            requires.append(f"nvidia-cuda-runtime-cu{major}=={runtime}{marker}")
+            cuda_wheels.add((f"nvidia-cuda-runtime-cu{major}", runtime, ()))
+    package, version = fw["package"], release["version"]
+    if (package, version) == ("tensorflow", "2.15.0"):
+        # as on pypi.org: 2.15.0's [and-cuda] needs tensorrt-libs 8.6.1, which was never published
+        broken = [*requires, f"tensorrt-libs==8.6.1{marker}"]
+        wheels.append(make_wheel(files, package, version, broken, python=release["python"], extras=extras))
+        version = "2.15.0.post1"
+    wheels.append(make_wheel(files, package, version, requires, python=release["python"], extras=extras))
     return wheels
 
 

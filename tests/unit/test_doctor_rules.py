@@ -442,15 +442,16 @@ def test_out_of_memory_mentions_mig_when_the_host_runs_it():
     assert "This host runs MIG" in f.fix
 
 
-def test_cuda_insufficient_with_the_real_matrix(real_matrix):
+def test_cuda_insufficient_with_the_catalogue(fixture_matrix):
+    """The advice quotes the catalogue (the fixture one: its rows, not today's data)."""
     table = text("table__h100__r550-healthy.txt").replace("550.90.07", "470.82.01")
     table = table.replace("CUDA Version: 12.4", "CUDA Version: 11.4")
     app = "torch 2.4.0+cu124\nRuntimeError: The NVIDIA driver on your system is too old (found version 11040).\n"
     sections = {"nvidia-smi": table, "app-log": app}
-    f = only(diagnose_texts(sections, matrix=real_matrix), "cuda-driver-insufficient")
-    first_124 = min((c for c in real_matrix.cuda if c.version.release[:2] == (12, 4)), key=lambda c: c.version)
+    f = only(diagnose_texts(sections, matrix=fixture_matrix), "cuda-driver-insufficient")
+    first_124 = min((c for c in fixture_matrix.cuda if c.version.release[:2] == (12, 4)), key=lambda c: c.version)
     assert f"CUDA 12.4 needs driver >= {first_124.min_driver}" in f.fix
-    floor = next(mc for mc in real_matrix.minor_compat if mc.cuda_major == 12)
+    floor = next(mc for mc in fixture_matrix.minor_compat if mc.cuda_major == 12)
     assert str(floor.min_driver) in f.fix
     assert "--cuda 12.4" in f.fix
     assert "host driver 470.82.01, which supports CUDA up to 11.4" in f.evidence
@@ -458,10 +459,13 @@ def test_cuda_insufficient_with_the_real_matrix(real_matrix):
     assert "Table 3" in plain.fix
 
 
-def test_cuda_insufficient_from_the_container_toolkit(real_matrix):
+def test_cuda_insufficient_from_the_container_toolkit(fixture_matrix):
     app = "nvidia-container-cli: requirement error: unsatisfied condition: cuda>=12.6, please update your driver\n"
     proc = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.183.01  Sun May 12 19:39:15 UTC 2024\n"
-    report = diagnose_texts({"app-log": app, "proc-driver-version": proc}, matrix=real_matrix)
+    first_126 = min((c for c in fixture_matrix.cuda if c.version.release[:2] == (12, 6)), key=lambda c: c.version)
+    floor = next(mc for mc in fixture_matrix.minor_compat if mc.cuda_major == 12)
+    assert floor.min_driver <= type(floor.min_driver)("535.183.01") < first_126.min_driver, "the case the rule explains"
+    report = diagnose_texts({"app-log": app, "proc-driver-version": proc}, matrix=fixture_matrix)
     f = only(report, "cuda-driver-insufficient")
     assert "(CUDA 12.6, driver 535.183.01)" in f.title
     assert "minor-version compatibility" in f.fix

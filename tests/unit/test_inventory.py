@@ -8,6 +8,11 @@ import yaml
 from provision.errors import InputError
 from provision.fleet.inventory import check_inventory, load_fleet, load_inventory, ungrouped_hosts
 
+# a fixture catalogue id: the commands below read tests/fixtures/compat, not today's compat/
+GPU = "a100-pcie-80gb"
+
+pytestmark = pytest.mark.usefixtures("on_fixture_catalogue")
+
 
 def write_inventory(tmp_path, doc, name="inv.yml"):
     path = tmp_path / name
@@ -99,7 +104,7 @@ def test_connection_variables(tmp_path):
         ({"groups": {}}, "has no groups"),
         ({"groups": {"a100": "rocky9"}}, "must map to a plan request"),
         ({"groups": {"a100": {"os": "rocky9"}}}, "needs os and gpu"),
-        ({"groups": {"a100": {"os": "rocky9", "gpu": "a100-pcie", "colour": "red"}}}, "unknown keys ['colour']"),
+        ({"groups": {"a100": {"os": "rocky9", "gpu": GPU, "colour": "red"}}}, "unknown keys ['colour']"),
         ({"groups": {"a100": {"lock": "x.json", "os": "rocky9"}}}, "mixes lock with request fields"),
     ],
 )
@@ -123,14 +128,12 @@ def test_inventory_check_cli(cli, tmp_path):
     inv = write_inventory(tmp_path, GOOD)
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(
-        yaml.safe_dump(
-            {"groups": {"a100": {"os": "rocky9", "gpu": "a100-pcie"}, "h100": {"os": "rocky9", "gpu": "h100-sxm"}}}
-        )
+        yaml.safe_dump({"groups": {"a100": {"os": "rocky9", "gpu": GPU}, "h100": {"os": "rocky9", "gpu": "h100-sxm"}}})
     )
     r = cli("inventory", "check", "-i", inv, "--fleet", str(fleet))
     assert r.code == 0, r
     assert "ok:" in r.out, r
-    fleet.write_text(yaml.safe_dump({"groups": {"a100": {"os": "rocky9", "gpu": "a100-pcie"}}}))
+    fleet.write_text(yaml.safe_dump({"groups": {"a100": {"os": "rocky9", "gpu": GPU}}}))
     r = cli("inventory", "check", "-i", inv, "--fleet", str(fleet))
     assert r.code == 2
     assert "error: n3: is in no planned group" in r.err
@@ -153,13 +156,11 @@ def test_inventory_check_cli(cli, tmp_path):
 def test_apply_refuses_bad_input_before_touching_hosts(cli, tmp_path, args, text):
     inv = write_inventory(tmp_path, GOOD)
     plan = tmp_path / "plan.json"
-    assert cli("plan", "--os", "rocky9", "--gpu", "a100-pcie", "--lock", str(plan), "--format", "json").code == 0
+    assert cli("plan", "--os", "rocky9", "--gpu", GPU, "--lock", str(plan), "--format", "json").code == 0
     (tmp_path / "notaplan.json").write_text(json.dumps({"hello": "world"}))
     fleets = {
-        "FLEET": {
-            "groups": {"a100": {"os": "rocky9", "gpu": "a100-pcie"}, "h100": {"os": "rocky9", "gpu": "h100-sxm"}}
-        },
-        "UNPLANNED": {"groups": {"a100": {"os": "rocky9", "gpu": "a100-pcie"}}},
+        "FLEET": {"groups": {"a100": {"os": "rocky9", "gpu": GPU}, "h100": {"os": "rocky9", "gpu": "h100-sxm"}}},
+        "UNPLANNED": {"groups": {"a100": {"os": "rocky9", "gpu": GPU}}},
         "BADGPU": {
             "groups": {"a100": {"os": "rocky9", "gpu": "a100pcie"}, "h100": {"os": "rocky9", "gpu": "h100-sxm"}}
         },
@@ -215,7 +216,7 @@ def test_ungrouped_hosts(tmp_path):
     assert ungrouped_hosts(load_inventory(write_inventory(tmp_path, UNGROUPED))) == ["n1", "n2"]
 
 
-BOTH = {"a100": {"os": "rocky9", "gpu": "a100-pcie"}, "h100": {"os": "rocky9", "gpu": "h100-sxm"}}
+BOTH = {"a100": {"os": "rocky9", "gpu": GPU}, "h100": {"os": "rocky9", "gpu": "h100-sxm"}}
 
 
 @pytest.mark.parametrize(
@@ -224,7 +225,7 @@ BOTH = {"a100": {"os": "rocky9", "gpu": "a100-pcie"}, "h100": {"os": "rocky9", "
         ({**BOTH, "a100": {"os": "rocky9", "gpu": "a100pcie"}}, "fleet group 'a100': unknown GPU 'a100pcie'"),
         ({**BOTH, "a100": {"lock": "missing.lock.json"}}, "fleet group 'a100': cannot read plan"),
         ({**BOTH, "a100": {"lock": "notaplan.json"}}, "fleet group 'a100': 'NOTAPLAN' is not a provision plan"),
-        ({**BOTH, "a100": {"os": "rocky9", "gpu": "a100-pcie", "cuda": "99.1"}}, "CUDA 99.1 is not in the catalogue"),
+        ({**BOTH, "a100": {"os": "rocky9", "gpu": GPU, "cuda": "99.1"}}, "CUDA 99.1 is not in the catalogue"),
         ({**BOTH, "a 100": BOTH["a100"]}, "fleet group 'a 100' is not a usable group name"),
         ({"a100": BOTH["a100"]}, "n3: is in no planned group"),
         ({**BOTH, "b200": {"os": "rocky9", "gpu": "b200"}}, "plans group 'b200', which the inventory does not have"),
@@ -255,11 +256,11 @@ def test_inventory_check_refuses_what_apply_refuses(cli, tmp_path, fleet, text):
 def test_inventory_check_with_one_plan(cli, tmp_path):
     inv = write_inventory(tmp_path, UNGROUPED)
     plan = tmp_path / "plan.json"
-    assert cli("plan", "--os", "rocky9", "--gpu", "a100-pcie", "--lock", str(plan), "--format", "json").code == 0
+    assert cli("plan", "--os", "rocky9", "--gpu", GPU, "--lock", str(plan), "--format", "json").code == 0
     r = cli("inventory", "check", "-i", inv, "--plan", str(plan))
     assert r.code == 0, r
     assert "ok: the plan is valid" in r.out
-    assert "plan all: a100-pcie on rocky9" in r.out
+    assert f"plan all: {GPU} on rocky9" in r.out
     doc = json.loads(plan.read_text())
     doc["driver"]["version"] = "1.2.3"
     plan.write_text(json.dumps(doc))

@@ -1,23 +1,34 @@
 """Every command that writes a file treats a missing directory the same way: exit 2, naming it,
-before any work is done and without creating it (a new user's trial hit three behaviours)."""
+before any work is done and without creating it (a new user's trial hit three behaviours). The
+commands read the fixture catalogue: where a file goes does not depend on today's data."""
 
 import pytest
+
+# fixture catalogue ids; the MIG layout is one of the fixture profile set's profiles
+GPU, LAYOUT = "a100-pcie-80gb", "3g.40gb"
+
+pytestmark = pytest.mark.usefixtures("on_fixture_catalogue")
+
+
+def test_the_fixture_has_the_layout(fixture_matrix):
+    profiles = fixture_matrix.mig_set(fixture_matrix.gpu(GPU).mig).profiles
+    assert LAYOUT in {p.name for p in profiles}
 
 
 @pytest.fixture
 def lock(cli, tmp_path):
     path = tmp_path / "plan.lock.json"
-    assert cli("plan", "--os", "ubuntu22.04", "--gpu", "a100-pcie", "--lock", str(path), "--format", "json").code == 0
+    assert cli("plan", "--os", "ubuntu22.04", "--gpu", GPU, "--lock", str(path), "--format", "json").code == 0
     return str(path)
 
 
 @pytest.mark.parametrize(
     ("args", "flag"),
     [
-        (["plan", "--os", "ubuntu22.04", "--gpu", "l4", "--lock", "MISSING"], "--lock"),
+        (["plan", "--os", "ubuntu22.04", "--gpu", GPU, "--lock", "MISSING"], "--lock"),
         (["gpus", "--format", "svg", "--out", "MISSING"], "--out"),
-        (["mig", "plan", "--gpu", "a100-pcie", "--layout", "3g.40gb", "--out-config", "MISSING"], "--out-config"),
-        (["mig", "plan", "--gpu", "a100-pcie", "--layout", "3g.40gb", "--out-vars", "MISSING"], "--out-vars"),
+        (["mig", "plan", "--gpu", GPU, "--layout", LAYOUT, "--out-config", "MISSING"], "--out-config"),
+        (["mig", "plan", "--gpu", GPU, "--layout", LAYOUT, "--out-vars", "MISSING"], "--out-vars"),
         (["ci", "github", "--plan", "LOCK", "--out", "MISSING"], "--out"),
         (["verify", "--local", "--plan", "LOCK", "--junit", "MISSING"], "--junit"),
         (["build", "--plan", "LOCK", "--image-lock", "MISSING"], "--image-lock"),

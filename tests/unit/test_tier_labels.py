@@ -1,7 +1,8 @@
 """The tier table names computed columns honestly: a spec-sheet figure keeps its spec's name and
 unit; a value computed from spec figures (the training blend of BF16 and FP8 TFLOPS, GPU-to-GPU,
 per-watt, MIG instances) is labelled as what it is, and a legend under the table says how it is
-computed from which specs. Figures come from the catalogue, so the tests survive data refreshes."""
+computed from which specs. Figures come from the catalogue, so the tests survive data refreshes: the
+properties are checked on the fixture catalogue and the live one, the command runs on the fixture one."""
 
 import json
 
@@ -14,7 +15,7 @@ SPEC_FIELDS = {"memory_gb": "memory_gb", "bandwidth_gbs": "memory_bandwidth_gbs"
 
 
 @pytest.fixture
-def gpus(cli):
+def gpus(cli, on_fixture_catalogue):
     return lambda *args: cli("gpus", *args)
 
 
@@ -33,10 +34,10 @@ def test_the_training_column_is_not_labelled_as_a_spec():
     assert f"{FP8_TRAINING_WEIGHT:g} x dense FP8" in train.definition
 
 
-def test_the_blend_is_what_its_definition_says(real_matrix):
+def test_the_blend_is_what_its_definition_says(each_matrix):
     w = FP8_TRAINING_WEIGHT
-    with_fp8 = [g for g in real_matrix.gpus if g.fp8_tflops and g.bf16_tflops]
-    without = [g for g in real_matrix.gpus if not g.fp8_tflops]
+    with_fp8 = [g for g in each_matrix.gpus if g.fp8_tflops and g.bf16_tflops]
+    without = [g for g in each_matrix.gpus if not g.fp8_tflops]
     assert with_fp8, "the catalogue has FP8 GPUs"
     assert without, "the catalogue has GPUs without FP8"
     for g in with_fp8:
@@ -45,12 +46,12 @@ def test_the_blend_is_what_its_definition_says(real_matrix):
         assert tiers.training_blend(g) == (g.bf16_tflops or g.fp16_tflops)
 
 
-def test_spec_columns_are_the_spec_figures(real_matrix):
+def test_spec_columns_are_the_spec_figures(each_matrix):
     specs = {mid: m for mid, m in metrics().items() if m.spec}
     assert set(specs) == set(SPEC_FIELDS), "a column marked spec must be a gpus.yaml field as is"
     for mid, metric in specs.items():
-        for g in real_matrix.gpus:
-            assert metric.value(g, real_matrix) == getattr(g, SPEC_FIELDS[mid])
+        for g in each_matrix.gpus:
+            assert metric.value(g, each_matrix) == getattr(g, SPEC_FIELDS[mid])
 
 
 @pytest.mark.parametrize("workload", list(WORKLOADS))
@@ -92,7 +93,7 @@ def test_out_file_carries_the_legend(gpus, tmp_path):
         assert line in text
 
 
-def test_json_marks_computed_terms(gpus, real_matrix):
+def test_json_marks_computed_terms(gpus, fixture_matrix):
     r = gpus("--format", "json")
     assert r.code == 0, r
     doc = json.loads(r.out)
@@ -101,5 +102,6 @@ def test_json_marks_computed_terms(gpus, real_matrix):
     assert first["train_blend"]["unit"] == "TFLOPS-eq"
     assert first["memory_gb"]["spec"] is True
     assert "train_tflops" not in first
-    best = rank(real_matrix, "training")[0].gpu
+    best = rank(fixture_matrix, "training")[0].gpu
+    assert doc[0]["id"] == best.id
     assert first["train_blend"]["value"] == pytest.approx(tiers.training_blend(best), abs=1e-3)

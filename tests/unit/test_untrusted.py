@@ -1,7 +1,8 @@
 """Plans, fleets and command-line values are untrusted input (issue: "Safe on a live fleet").
 
 Crafted lock files are refused with exit 2 and the field named, before anything is rendered or
-run; every string reaches Ansible tagged !unsafe, so Ansible never templates it."""
+run; every string reaches Ansible tagged !unsafe, so Ansible never templates it. Plans come from the
+fixture catalogue (tests/fixtures/compat): what is refused does not depend on today's data."""
 
 import json
 import os
@@ -17,6 +18,8 @@ from provision.fleet.extravars import dump_unsafe_yaml, to_extravars
 from provision.plan.model import Plan, read_plan
 
 INJECTION = "{{ lookup('pipe', 'touch MARKER') }}"
+
+pytestmark = pytest.mark.usefixtures("on_fixture_catalogue")
 
 GOOD_INVENTORY = {"all": {"children": {"a100": {"hosts": {"n1": {"ansible_host": "127.0.0.1", "ansible_port": 2201}}}}}}
 
@@ -133,7 +136,7 @@ def test_fleet_group_names_cannot_leave_the_run_folder(cli, tmp_path, group):
 
 def test_render_refuses_a_base_image_with_a_newline(cli, tmp_path):
     r = cli(
-        "render", "--os", "ubuntu22.04", "--gpu", "l4", "--out", str(tmp_path / "o"),
+        "render", "--os", "ubuntu22.04", "--gpu", "h100-sxm", "--out", str(tmp_path / "o"),
         "--base-image", "nvidia/cuda:12.4.1-base-ubuntu22.04\nRUN id",
     )  # fmt: skip
     assert r.code == 2, r
@@ -141,14 +144,19 @@ def test_render_refuses_a_base_image_with_a_newline(cli, tmp_path):
     assert not (tmp_path / "o").exists()
 
 
-def test_every_string_reaches_ansible_untrusted(real_matrix):
+def test_every_string_reaches_ansible_untrusted(fixture_matrix):
     from ansible.parsing.yaml.loader import AnsibleLoader
     from ansible.template import is_trusted_as_template
 
     from provision.plan.model import PlanRequest
     from provision.plan.resolve import resolve
 
-    plan = resolve(real_matrix, PlanRequest("rocky9", "h100-sxm", mig="3g.40gb,2g.20gb"))
+    gpu = fixture_matrix.gpu("h100-sxm")
+    profiles = fixture_matrix.mig_set(gpu.mig).profiles
+    layout = ",".join(p.name for p in sorted(profiles, key=lambda p: -p.compute_slices)[1:])  # all but the whole GPU
+    assert "," in layout, "a layout of two profiles"
+    plan = resolve(fixture_matrix, PlanRequest("rocky9", gpu.id, mig=layout))
+    assert plan.mig is not None
     text = dump_unsafe_yaml({**to_extravars(plan), "site_value": INJECTION})
     loaded = AnsibleLoader(text).get_single_data()
     strings = []
