@@ -34,7 +34,9 @@ def lock_options(func):
 )
 @click.option("--base-image", metavar="REF", help="FROM this instead (a mirror, or nvidia/cuda@sha256:…).")
 @lock_options
-@click.option("--platform", metavar="OS/ARCH", help="Resolve the lock for linux/amd64 (default) or linux/arm64.")
+@click.option(
+    "--platform", metavar="OS/ARCH", help="Resolve the lock for linux/amd64 or linux/arm64 (default: the plan's)."
+)
 @click.pass_context
 def render_cmd(
     ctx,
@@ -87,7 +89,7 @@ def render_cmd(
     help="Repository (deterministic tags added) or repository:tag.",
 )
 @click.option("--push", is_flag=True, help="Push the tags and record the repository digests.")
-@click.option("--platform", metavar="OS/ARCH", help="Target platform, e.g. linux/amd64.")
+@click.option("--platform", metavar="OS/ARCH", help="Target platform (default: the plan's, e.g. linux/arm64).")
 @click.option("--base-image", metavar="REF", help="FROM this instead (a mirror, or nvidia/cuda@sha256:…).")
 @click.option(
     "--base-digests",
@@ -186,7 +188,7 @@ def build_cmd(
             result = build_image(
                 context,
                 tags=tags,
-                platform=platform,
+                platform=rendered.platform,  # --platform, else the plan's (linux/arm64 for aarch64 hosts)
                 cache_from=list(cache_from),
                 no_cache=no_cache,
                 docker_client=api,

@@ -8,6 +8,7 @@ scalar's type as if unquoted (``!unsafe '12'`` loads as the integer 12)."""
 
 from typing import Any
 
+from provision.matrix.model import DEB_ARCHES
 from provision.plan.model import Plan
 
 
@@ -23,6 +24,9 @@ def to_extravars(plan: Plan) -> dict[str, Any]:
         "provision_os_version": plan.os.version,
         "provision_pkg_manager": plan.os.pkg_manager,
         "provision_nvidia_repo": plan.os.nvidia_repo,
+        "provision_arch": plan.os.arch,  # the host CPU architecture (Ansible's architecture fact)
+        "provision_nvidia_repo_arch": plan.os.repo_arch,  # repos/<nvidia_repo>/<this>/: x86_64, sbsa
+        "provision_deb_arch": DEB_ARCHES[plan.os.arch],  # the toolkit's deb/<this> directory
         "provision_kernel_headers": list(plan.os.kernel_headers),
         "provision_gpu_id": plan.gpu.id,
         "provision_gpu_name": plan.gpu.name,
@@ -36,6 +40,11 @@ def to_extravars(plan: Plan) -> dict[str, Any]:
         "provision_driver_packages": [p.name for p in plan.driver.packages],
         "provision_fabric_manager_packages": [p.name for p in fm.packages] if fm else [],
         "provision_fabric_manager_version": fm.version if fm else "",
+        "provision_subnet_manager_packages": list(plan.subnet_manager.packages) if plan.subnet_manager else [],
+        "provision_subnet_manager_requires": list(plan.subnet_manager.requires) if plan.subnet_manager else [],
+        "provision_subnet_manager_kernel_modules": (
+            list(plan.subnet_manager.kernel_modules) if plan.subnet_manager else []
+        ),
         "provision_container_toolkit_version": plan.container_toolkit.version,
         "provision_container_toolkit_packages": [p.name for p in plan.container_toolkit.packages],
         "provision_cuda_version": plan.cuda.version,

@@ -46,6 +46,7 @@ class Job(NamedTuple):
     tags: tuple[str, ...]  # repository-relative: the content tag, then the readable tag unless it collides
     lock: str | None = None  # the committed requirements.lock the job renders with (repository-relative)
     base: str | None = None  # FROM this (nvidia/cuda:<tag>@sha256:…) instead of the plan's tag
+    platform: str = PLATFORM  # the plans' image platform (linux/arm64 for aarch64 hosts)
 
     def variables(self) -> dict[str, str]:
         """What the pipeline hands the job's scripts (as environment variables, never as script text)."""
@@ -58,6 +59,7 @@ class Job(NamedTuple):
             "base": self.base or "",
             "content": self.content,
             "tags": " ".join(self.tags),
+            "platform": self.platform,
         }
 
 
@@ -195,20 +197,25 @@ def plan_jobs(
                 tags=tags,
                 lock=group["lock"],
                 base=group["base"],
+                platform=group["platform"],
             )
         )
     return jobs, new_locks
 
 
 def _group(groups, rendered, *, variant, base, lock, plan_path: str, plan_digest: str, content: str):
+    from provision.images.render import platform_suffix
+
+    suffix = platform_suffix(rendered.platform)  # an arm64 image is another image: its tags say so
     group = groups.setdefault(
         content,
         {
             "variant": variant,
             "base": base,
             "readable": rendered.tags[0],
-            "content_tag": f"content-{content.removeprefix('sha256:')[:12]}-{variant}",
+            "content_tag": f"content-{content.removeprefix('sha256:')[:12]}-{variant}{suffix}",
             "lock": lock,
+            "platform": rendered.platform,
             "plans": {},
         },
     )
@@ -418,7 +425,7 @@ def github_workflow(
             "uses": uses("build-push"),
             "with": {
                 "context": CONTEXT_DIR,
-                "platforms": PLATFORM,
+                "platforms": "${{ matrix.platform }}",
                 "pull": True,
                 # always an image (so the lock gets its id and digest), pushed only when publishing
                 "outputs": "type=image,push=${{ " + publish + " }}" if push else "type=image,push=false",
@@ -614,7 +621,7 @@ def gitlab_pipeline(
                 'if [ "$PUBLISH" = "true" ]; then set -- "$@" '
                 '--cache-to "type=registry,ref=$IMAGE_REPO/cache:$NAME,mode=max"; fi',
                 # always an image (the lock job needs its id and digest), pushed only when publishing
-                f'docker buildx build "$@" --platform {PLATFORM} --pull'
+                'docker buildx build "$@" --platform "$PLATFORM" --pull'
                 ' --cache-from "type=registry,ref=$IMAGE_REPO/cache:$NAME"'
                 ' --output "type=image,push=$PUBLISH" --sbom=true --provenance=mode=max'
                 f' --metadata-file "build-metadata/$NAME.json" "{CONTEXT_DIR}/$NAME"',

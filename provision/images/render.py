@@ -23,6 +23,7 @@ class RenderedImage(NamedTuple):
     from_ref: str
     tags: tuple[str, ...]  # repository-relative tags: "pytorch2.5.1-cuda12.4.1-ubuntu22.04", "plan-<digest>-pytorch"
     labels: dict[str, str]
+    platform: str = "linux/amd64"  # what the image is built for: the plan's (linux/arm64 on aarch64 hosts)
 
 
 def _yaml(path: str) -> Any:
@@ -65,6 +66,13 @@ def make_env(templates: str | None = None):
     )
 
 
+def _variant(variant: str, templates: str | None) -> dict[str, Any]:
+    known = variants(templates)
+    if variant not in known:
+        raise InputError(f"unknown variant {variant!r}", hint=f"variants: {', '.join(sorted(known))}")
+    return known[variant]
+
+
 def _python(image_os: dict[str, Any], requires: str | None, os_name: str) -> dict[str, Any]:
     options = image_os["python"]
     if not requires:
@@ -99,14 +107,22 @@ def content_digest(files: dict[str, str]) -> str:
     return "sha256:" + digest.hexdigest()
 
 
-def image_tags(plan: Plan, variant: str, files: dict[str, str]) -> tuple[str, ...]:
+def image_tags(plan: Plan, variant: str, files: dict[str, str], platform: str | None = None) -> tuple[str, ...]:
     """The readable tag (what is inside) and the content tag (exactly which build context).
 
     Neither names a GPU or a plan: plans for different GPUs that render the same context share both,
-    so a CI matrix builds and pushes each image once (image.lock.json maps plans to images)."""
+    so a CI matrix builds and pushes each image once (image.lock.json maps plans to images). An
+    image for another platform than linux/amd64 says so in both (…-arm64): the same Dockerfile built
+    for two platforms is two images."""
     fw = f"{plan.framework.name}{plan.framework.version}" if plan.framework and variant != "base" else variant
     content = content_digest(files).removeprefix("sha256:")[:12]
-    return (f"{fw}-cuda{plan.cuda.version}-{plan.os.cuda_image_os}", f"content-{content}-{variant}")
+    arch = platform_suffix(platform or plan.platform)
+    return (f"{fw}-cuda{plan.cuda.version}-{plan.os.cuda_image_os}{arch}", f"content-{content}-{variant}{arch}")
+
+
+def platform_suffix(platform: str) -> str:
+    """What an image tag adds for its platform: nothing for linux/amd64 (tags as before), "-arm64"."""
+    return "" if platform == "linux/amd64" else "-" + platform.split("/")[1]
 
 
 def supported_sms(plan: Plan, variant_framework: bool) -> str:
@@ -133,14 +149,13 @@ def render_image(
 ) -> RenderedImage:
     """The build context of one image. A framework image gets requirements.lock: `lock_file`
     (checked, reused byte for byte) or a fresh uv resolution from `index` for the image's Python and
-    `platform` (linux/amd64 unless given); a lock that contradicts the plan is refused."""
+    `platform` (the plan's: linux/arm64 for an aarch64 host, else linux/amd64); a lock that
+    contradicts the plan is refused."""
     plan.check()
+    platform = platform or plan.platform
     if base_image is not None:
         check_image_ref(base_image, "--base-image")
-    known = variants(templates)
-    if variant not in known:
-        raise InputError(f"unknown variant {variant!r}", hint=f"variants: {', '.join(sorted(known))}")
-    spec = known[variant]
+    spec = _variant(variant, templates)
     needs = spec.get("framework")
     if needs and (plan.framework is None or plan.framework.name != needs):
         have = f"a {plan.framework.name} plan" if plan.framework else "a plan without a framework"
@@ -181,6 +196,8 @@ def render_image(
         "io.provision.cuda": plan.cuda.version,
         "io.provision.cudnn": plan.cudnn.version if plan.cudnn else "none",
         "io.provision.framework": fw.requirement if fw else "none",
+        # an arm64 build of the same context is another image (amd64 contexts are as before)
+        **({"io.provision.platform": platform} if platform != "linux/amd64" else {}),
     }
     python = _python(image_os, fw.requires_python if fw else None, image_os_name)
     if lock_file is not None and fw is None:
@@ -221,7 +238,9 @@ def render_image(
     files = {"Dockerfile": dockerfile}
     if lock is not None:
         files[LOCK_NAME] = lock.text
-    return RenderedImage(variant, dockerfile, files, from_ref, image_tags(plan, variant, files), labels)
+    return RenderedImage(
+        variant, dockerfile, files, from_ref, image_tags(plan, variant, files, platform), labels, platform
+    )
 
 
 def _canonical(name: str) -> str:

@@ -7,7 +7,7 @@ files, newest-first order, and that every fact cites a known source.
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
-from provision.matrix.model import Matrix
+from provision.matrix.model import PLATFORMS, Matrix
 from provision.versions import DottedVersion as Version
 
 
@@ -42,6 +42,47 @@ def _sources_cited(raw: dict[str, Any]) -> Iterable[tuple[str, str, str]]:
     for name, doc in raw.items():
         if name != "sources":
             yield from walk(f"{name}.yaml", doc, "")
+
+
+def _arch_coverage(matrix: Matrix) -> list[Problem]:
+    """Every GPU's host architecture is served end to end: an OS whose NVIDIA repository has a
+    directory for it, nvidia/cuda images published for its platform, and framework wheels built for
+    it; and a GPU narrows its architecture's kernel modules, never widens them."""
+    problems = []
+    os_arches = {arch for o in matrix.os_releases for arch, _ in o.arches}
+    image_platforms = {p for rel in matrix.images for p in rel.platforms}
+    wheel_arches = {a for fw in matrix.frameworks for r in fw.releases for b in r.builds for a in b.arches}
+    for i, g in enumerate(matrix.gpus):
+        where = f"gpus[{i}]({g.id})"
+        for arch in g.host_arches:
+            missing = [
+                what
+                for what, ok in (
+                    ("no OS in os.yaml has a repository directory for it (arches)", arch in os_arches),
+                    (
+                        f"no nvidia/cuda release in images.yaml is published for {PLATFORMS[arch]}",
+                        PLATFORMS[arch] in image_platforms,
+                    ),
+                    ("no framework build in frameworks.yaml publishes wheels for it", arch in wheel_arches),
+                )
+                if not ok
+            ]
+            for what in missing:
+                problems.append(Problem("gpus.yaml", f"{where}.host_arches", f"{arch} host: {what}", "coverage"))
+        arch_ids = {a.id for a in matrix.architectures}
+        if g.kernel_modules is not None and g.architecture in arch_ids:
+            allowed = matrix.architecture(g.architecture).kernel_modules
+            extra = [k for k in g.kernel_modules if k not in allowed]
+            if extra:
+                problems.append(
+                    Problem(
+                        "gpus.yaml",
+                        f"{where}.kernel_modules",
+                        f"{'/'.join(extra)} is not a kernel-module flavour of {g.architecture} ({'/'.join(allowed)})",
+                        "dangling-id",
+                    )
+                )
+    return problems
 
 
 def _newest_first(values: Sequence[Version]) -> int | None:
@@ -120,6 +161,7 @@ def check_invariants(matrix: Matrix, raw: dict[str, Any]) -> list[Problem]:  # n
                 f"no CUDA support range for compute capability {g.compute_capability} ({g.id})",
                 "coverage",
             )
+    problems.extend(_arch_coverage(matrix))
     for i, grp in enumerate(matrix.gpu_groups):
         for member in grp.members:
             if member not in gpu_ids:

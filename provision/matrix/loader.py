@@ -228,6 +228,30 @@ def _rows_in(record: Record) -> Convert:
     return convert
 
 
+def _nested_optional(record: Record) -> Convert:
+    """A nested mapping made into a record (key path ``at.key``), None where the file leaves it out."""
+
+    def convert(item: Item, key: str, file: str, at: str) -> Any:
+        return record(item[key], file, f"{at}.{key}") if item.get(key) is not None else None
+
+    return convert
+
+
+def _arch_map(item: Item, key: str, file: str, at: str) -> tuple[tuple[str, str], ...]:
+    """os.yaml ``arches`` (host architecture -> repository directory); absent: x86_64 only."""
+    found = item.get(key)
+    return tuple(found.items()) if found else ((m.DEFAULT_ARCH, m.DEFAULT_ARCH),)
+
+
+def _arches(item: Item, key: str, file: str, at: str) -> tuple[str, ...]:
+    """A list of host architectures; absent: x86_64 only."""
+    return tuple(item[key]) if item.get(key) else (m.DEFAULT_ARCH,)
+
+
+def _tuple_optional(item: Item, key: str, file: str, at: str) -> tuple[Any, ...] | None:
+    return tuple(item[key]) if item.get(key) else None
+
+
 def _file_wide(doc: Item, convert: Callable[[Any], Any] | None = None) -> Convert:
     """A value the file states once for all its items (container_toolkit's packages)."""
     if convert is None:
@@ -247,7 +271,9 @@ def _image_superseded_by(item: Item, key: str, file: str, at: str):
 
 # What each record is made of -----------------------------------------------------------------
 
-_OS_RELEASE = _record(m.OsRelease, aliases=_tuple, kernel_headers=_tuple, cuda_image_note=_optional, sources=_tuple)
+_OS_RELEASE = _record(
+    m.OsRelease, aliases=_tuple, kernel_headers=_tuple, cuda_image_note=_optional, sources=_tuple, arches=_arch_map
+)
 _ARCHITECTURE = _record(m.Architecture, compute_capabilities=_tuple, kernel_modules=_tuple, sources=_tuple)
 _GPU = _record(
     m.Gpu,
@@ -265,22 +291,35 @@ _GPU = _record(
     sources=_tuple,
     pcie_generation=_in_nullable("pcie", "generation", block_optional=True),
     pcie_bandwidth_gbs=_in_nullable("pcie", "bandwidth_gbs", block_optional=True),
+    nvswitch_generation=_optional,
+    host_arches=_arches,
+    kernel_modules=_tuple_optional,
 )
 _GPU_GROUP = _record(m.GpuGroup, members=_tuple)
 _DRIVER_RELEASE = _record(m.DriverRelease, version=_version, date=_optional, os=_tuple)
 _DRIVER_BRANCH = _record(
     m.DriverBranch, branch=_int, kernel_modules=_tuple, releases=_rows_in(_DRIVER_RELEASE), sources=_tuple
 )
+_SUBNET_MANAGER_PACKAGES = _record(m.SubnetManagerPackages, packages=_tuple, requires=_tuple)
 _DRIVER_PACKAGING = _record(
-    m.DriverPackaging, os=_tuple, branches=_specifier, packages=_tuple, fabric_manager=_tuple, sources=_tuple
+    m.DriverPackaging,
+    os=_tuple,
+    branches=_specifier,
+    packages=_tuple,
+    fabric_manager=_tuple,
+    sources=_tuple,
+    subnet_manager=_nested_optional(_SUBNET_MANAGER_PACKAGES),
 )
+_SUBNET_MANAGER = _record(m.SubnetManager, kernel_modules=_tuple, sources=_tuple)
 _CUDA_RELEASE = _record(m.CudaRelease, version=_version, min_driver=_version, os=_tuple)
 _COMPUTE_SUPPORT = _record(m.ComputeSupport, cuda=_specifier)
 _MINOR_COMPAT = _record(m.MinorCompat, min_driver=_version)
 _CUDNN_BUILD = _record(m.CudnnBuild, cuda=_specifier, min_driver=_version, compute_capabilities=_tuple)
 _CUDNN_RELEASE = _record(m.CudnnRelease, version=_version, builds=_rows_in(_CUDNN_BUILD))
-_FRAMEWORK_BUILD = _record(m.FrameworkBuild, compute_capabilities=_tuple_or_none)
-_FRAMEWORK_RELEASE = _record(m.FrameworkRelease, version=_version, builds=_rows_in(_FRAMEWORK_BUILD))
+_FRAMEWORK_BUILD = _record(m.FrameworkBuild, compute_capabilities=_tuple_or_none, arches=_arches)
+_FRAMEWORK_RELEASE = _record(
+    m.FrameworkRelease, version=_version, builds=_rows_in(_FRAMEWORK_BUILD), python_aarch64=_optional
+)
 _FRAMEWORK = _record(m.Framework, releases=_rows_in(_FRAMEWORK_RELEASE))
 _IMAGE_RELEASE = _record(
     m.ImageRelease,
@@ -293,6 +332,10 @@ _IMAGE_RELEASE = _record(
     eol_date=_in_nullable("eol", "date", block_optional=True),
     superseded_by=_image_superseded_by,
     eol_source=_in_nullable("eol", "source", block_optional=True),
+    platforms=lambda item, _key, _file, _at: (
+        tuple(item["platforms"]["values"]) if item.get("platforms") else (m.PLATFORMS[m.DEFAULT_ARCH],)
+    ),
+    platforms_source=_in_nullable("platforms", "source", block_optional=True),
 )
 _MIG_PROFILE = _record(m.MigProfile, placements=_tuple)
 _MIG_PROFILE_SET = _record(m.MigProfileSet, profiles=_rows_in(_MIG_PROFILE), sources=_tuple)
@@ -335,6 +378,9 @@ def build(raw: dict[str, Any]) -> m.Matrix:
         exclusions=rows("unsupported", "unsupported", _EXCLUSION),
         image_repository=raw["images"]["repository"],
         as_of=dt.date.fromisoformat(_full_date(raw["drivers"]["as_of"])),
+        subnet_manager=_SUBNET_MANAGER(raw["drivers"]["subnet_manager"], "drivers.yaml", "subnet_manager")
+        if raw["drivers"].get("subnet_manager")
+        else None,
     )
 
 

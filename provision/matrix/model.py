@@ -15,6 +15,13 @@ from provision.versions import DottedVersion as Version
 from provision.versions import VersionSpec as SpecifierSet
 from provision.versions import prefix_matches
 
+# Host CPU architectures (Ansible's ansible_architecture names) and their names elsewhere: the
+# container platform of images built for such a host, and the distribution's package architecture.
+HOST_ARCHES = ("x86_64", "aarch64")
+DEFAULT_ARCH = "x86_64"
+PLATFORMS = {"x86_64": "linux/amd64", "aarch64": "linux/arm64"}
+DEB_ARCHES = {"x86_64": "amd64", "aarch64": "arm64"}
+
 
 class Source(NamedTuple):
     key: str
@@ -37,6 +44,12 @@ class OsRelease(NamedTuple):
     cuda_image_os: str  # nvidia/cuda tag suffix for containers planned for this host
     cuda_image_note: str | None
     sources: tuple[str, ...]
+    # host architecture -> NVIDIA's repository directory under repos/<nvidia_repo>/ (x86_64, sbsa)
+    arches: tuple[tuple[str, str], ...] = ((DEFAULT_ARCH, DEFAULT_ARCH),)
+
+    def repo_arch(self, host_arch: str) -> str | None:
+        """The repository directory for a host architecture; None: this OS's repository has none."""
+        return dict(self.arches).get(host_arch)
 
 
 class Architecture(NamedTuple):
@@ -72,6 +85,9 @@ class Gpu(NamedTuple):
     sources: tuple[str, ...]
     pcie_generation: int | None = None  # host interface; None: not recorded
     pcie_bandwidth_gbs: float | None = None  # x16, both directions
+    nvswitch_generation: int | None = None  # the baseboard's NVSwitch generation; None: no NVSwitch
+    host_arches: tuple[str, ...] = (DEFAULT_ARCH,)  # host CPU architectures (GH200: aarch64 only)
+    kernel_modules: tuple[str, ...] | None = None  # narrower than the architecture's (GH200: open); None: its
 
 
 class GpuGroup(NamedTuple):
@@ -126,9 +142,31 @@ class DriverPackaging(NamedTuple):
     packages: tuple[str, ...]  # names; "{branch}" stands for the branch number
     fabric_manager: tuple[str, ...]
     sources: tuple[str, ...]
+    subnet_manager: "SubnetManagerPackages | None" = None  # None: none catalogued for these rows
 
     def covers(self, os_id: str, branch: int, kernel_module: str) -> bool:
         return os_id in self.os and self.kernel_module == kernel_module and self.branches.contains(str(branch))
+
+
+class SubnetManagerPackages(NamedTuple):
+    """What one OS installs for the NVLink Subnet Manager (a packaging row's subnet_manager)."""
+
+    packages: tuple[str, ...]  # NVIDIA's, versioned on their own: installed unversioned, then held
+    requires: tuple[str, ...]  # the distribution's InfiniBand userspace (not held)
+
+
+class SubnetManager(NamedTuple):
+    """The NVLink Subnet Manager that fourth-generation NVSwitch hosts run beside Fabric Manager."""
+
+    nvswitch_generation: int  # GPUs whose baseboard NVSwitch is of this generation or newer need it
+    min_branch: int  # the oldest driver branch NVIDIA supports those systems with
+    service: str  # the systemd unit that starts it (Fabric Manager's: it has none of its own)
+    process: str
+    kernel_modules: tuple[str, ...]  # modules it needs loaded (its management transport)
+    sources: tuple[str, ...]
+
+    def needed_by(self, gpu: "Gpu") -> bool:
+        return gpu.nvswitch_generation is not None and gpu.nvswitch_generation >= self.nvswitch_generation
 
 
 class CudaRelease(NamedTuple):
@@ -184,6 +222,7 @@ class FrameworkBuild(NamedTuple):
     arch_source: str | None  # where compute_capabilities/ptx come from
     source: str
     evidence: str | None  # the wheel (metadata) the pins were read from
+    arches: tuple[str, ...] = (DEFAULT_ARCH,)  # host architectures the build's CUDA wheels are published for
 
     @property
     def cuda_version(self) -> Version:
@@ -196,8 +235,12 @@ class FrameworkBuild(NamedTuple):
 
 class FrameworkRelease(NamedTuple):
     version: Version
-    python: str | None
+    python: str | None  # CPython range of the release's manylinux x86_64 wheels
     builds: tuple[FrameworkBuild, ...]
+    python_aarch64: str | None = None  # the same for its aarch64 wheels; None: no aarch64 CUDA build
+
+    def python_for(self, arch: str) -> str | None:
+        return self.python_aarch64 if arch == "aarch64" else self.python
 
 
 class Framework(NamedTuple):
@@ -223,6 +266,8 @@ class ImageRelease(NamedTuple):
     eol_date: str | None = None  # "YYYY-MM-DD" NVIDIA moved the tags to end of life
     superseded_by: Version | None = None  # the newer update that replaced it
     eol_source: str | None = None  # None: a supported image set
+    platforms: tuple[str, ...] = (PLATFORMS[DEFAULT_ARCH],)  # every tag's platforms (linux/arm64 where confirmed)
+    platforms_source: str | None = None
 
     def flavours_for(self, os_suffix: str) -> tuple[str, ...]:
         """The flavours published for one OS suffix (12.5.1 has no cudnn tags on ubuntu24.04)."""
@@ -305,6 +350,7 @@ class Matrix(NamedTuple):
     mig: tuple[MigProfileSet, ...]
     exclusions: tuple[Exclusion, ...]
     files: tuple[tuple[str, str], ...] = ()  # (data file, sha256), set by the loader
+    subnet_manager: SubnetManager | None = None  # drivers.yaml subnet_manager; None: not catalogued
 
     # -- lookups ------------------------------------------------------------------------
     def os(self, ident: str) -> OsRelease:

@@ -1,6 +1,14 @@
-"""Regenerate compat/frameworks.yaml from the frameworks' own wheel metadata.
+"""Refresh catalogue rows from their upstreams (default: compat/frameworks.yaml from wheel metadata).
 
-    python -m provision.matrix.refresh [--compat-dir compat] [--check]
+    python -m provision.matrix.refresh [--compat-dir compat] [--source frameworks|images|container-toolkit|all]
+                                       [--check] [--from RECORDED_COPY] [--source-key KEY]
+
+``--source images`` (provision.matrix.refresh_images) and ``--source container-toolkit``
+(provision.matrix.refresh_toolkit) compare compat/images.yaml and compat/container_toolkit.yaml
+with NVIDIA's container-images repository and the toolkit's release tags; ``--check`` prints a
+unified diff of the rows and exits 1 when upstream moved; ``--from`` reads a recorded copy
+(tests/fixtures/refresh/<source>) instead of the network. The rest of this text is the
+frameworks source.
 
 For every release of each framework in compat/framework_variants.yaml it picks the Linux
 x86_64 wheel on the package index (and, for PyTorch, on download.pytorch.org/whl/<variant>),
@@ -71,8 +79,9 @@ _WHEEL = re.compile(
 )
 
 
-def list_wheels(index_url: str, package: str, fetch: Fetch) -> list[WheelFile]:
-    """Linux x86_64 wheels of ``package`` on a PEP 691 (JSON) or PEP 503 (HTML) index."""
+def list_wheels(index_url: str, package: str, fetch: Fetch, arch: str = "x86_64") -> list[WheelFile]:
+    """Linux wheels of ``package`` for one CPU architecture (x86_64, aarch64) on a PEP 691 (JSON) or
+    PEP 503 (HTML) index."""
     url = index_url.rstrip("/") + f"/{package}/"
     body = fetch(url, {"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.5"})
     files: list[tuple[str, str]] = []
@@ -86,7 +95,7 @@ def list_wheels(index_url: str, package: str, fetch: Fetch) -> list[WheelFile]:
     out = []
     for filename, file_url in files:
         m = _WHEEL.match(filename)
-        if not m or "x86_64" not in m["plat"] or "linux" not in m["plat"]:
+        if not m or arch not in m["plat"] or "linux" not in m["plat"]:
             continue
         ver, _, local = m["ver"].partition("+")
         out.append(WheelFile(filename, urllib.parse.urljoin(url, file_url), ver, local or None))
@@ -96,8 +105,8 @@ def list_wheels(index_url: str, package: str, fetch: Fetch) -> list[WheelFile]:
 _CPYTHON = re.compile(r"cp(\d)(\d+)")
 
 
-def python_range(filenames: list[str], requires_python: str | None) -> str | None:
-    """``">=3.X,<3.Y+1"`` over the CPython versions with a manylinux x86_64 wheel among ``filenames``
+def python_range(filenames: list[str], requires_python: str | None, arch: str = "x86_64") -> str | None:
+    """``">=3.X,<3.Y+1"`` over the CPython versions with a manylinux ``arch`` wheel among ``filenames``
     (one release's files on the index), keeping those ``requires_python`` admits. Free-threaded
     builds (ABI ``cp313t``) do not count: they do not install on the default interpreter. An
     ``abi3`` wheel serves its version and every later one: the range then has no upper bound.
@@ -107,7 +116,7 @@ def python_range(filenames: list[str], requires_python: str | None) -> str | Non
     open_ended = False
     for filename in filenames:
         m = _WHEEL.match(filename)
-        if not m or "manylinux" not in m["plat"] or "x86_64" not in m["plat"] or m["abi"].endswith("t"):
+        if not m or "manylinux" not in m["plat"] or arch not in m["plat"] or m["abi"].endswith("t"):
             continue
         for tag in m["py"].split("."):
             cp = _CPYTHON.fullmatch(tag)
@@ -191,10 +200,10 @@ _LINUX = {
 }
 
 
-def cuda_pins(metadata: str, extra: str | None) -> dict[str, str | None]:
-    """CUDA runtime and cuDNN pins a wheel declares for Linux x86_64 (optionally under an extra)."""
+def cuda_pins(metadata: str, extra: str | None, machine: str = "x86_64") -> dict[str, str | None]:
+    """CUDA runtime and cuDNN pins a wheel declares for Linux on ``machine`` (optionally under an extra)."""
     msg = email.parser.Parser().parsestr(metadata)
-    env = dict(_LINUX, extra=extra or "")
+    env = dict(_LINUX, extra=extra or "", platform_machine=machine)
     runtime = cudnn = toolkit = None
     for line in msg.get_all("Requires-Dist") or []:
         try:
@@ -247,6 +256,9 @@ def refresh(compat: str | Path, fetch: Fetch = http_fetch, ranged=http_range, lo
     for fw in spec["frameworks"]:
         package = fw["package"]
         pypi = list_wheels(PYPI_SIMPLE, package, fetch)
+        # the other host architectures whose wheels are read (framework_variants.yaml `arches`)
+        other_arches = {a: list_wheels(PYPI_SIMPLE, package, fetch, a) for a in fw.get("arches", ["x86_64"])}
+        other_arches.pop("x86_64", None)
         versions = sorted(
             {w.version for w in pypi if _final(w.version) and Version(w.version) >= Version(fw["first_release"])},
             key=Version,
@@ -269,8 +281,11 @@ def refresh(compat: str | Path, fetch: Fetch = http_fetch, ranged=http_range, lo
                 python = python_range(
                     [w.filename for w in pypi if w.version == version and w.local is None], pins["python"]
                 )
+                arch_python = _other_arches(
+                    other_arches, version, builds[-1], extra=extra, fetch=fetch, ranged=ranged, log=log
+                )
             else:
-                python = None
+                python, arch_python = None, {}
             for variant, doc in documented.items():
                 if any(b["variant"] == variant for b in builds) or not fw.get("variant_index"):
                     continue
@@ -296,7 +311,9 @@ def refresh(compat: str | Path, fetch: Fetch = http_fetch, ranged=http_range, lo
             if not builds:
                 continue
             builds.sort(key=lambda b: (not b["default"], [-int(x) for x in b["cuda"].split(".")]))
-            releases.append({"version": version, "python": python, "builds": builds})
+            releases.append(
+                {"version": version, "python": python, "python_aarch64": arch_python.get("aarch64"), "builds": builds}
+            )
             log(f"{package} {version}: " + ", ".join(f"{b['variant']}{'*' if b['default'] else ''}" for b in builds))
         frameworks.append({"id": fw["id"], "name": fw["name"], "package": package, "releases": releases})
     return {
@@ -304,6 +321,29 @@ def refresh(compat: str | Path, fetch: Fetch = http_fetch, ranged=http_range, lo
         "generated": dt.date.today().isoformat(),
         "frameworks": frameworks,
     }
+
+
+def _other_arches(
+    wheels: dict[str, list[WheelFile]], version: str, build: dict[str, Any], *, extra: str | None, fetch, ranged, log
+) -> dict[str, str | None]:
+    """The default build's other host architectures: one whose wheel, read for that machine, declares
+    the same CUDA runtime line and cuDNN as the x86_64 wheel is the same CUDA build there (its arch is
+    added to ``build["arches"]``); a wheel without them is a CPU build (torch <= 2.10 on aarch64).
+    Returns each such architecture's Python range, from its own files on the index."""
+    found: dict[str, str | None] = {}
+    for arch, listed in wheels.items():
+        wheel = pick_wheel(listed, version, None)
+        if wheel is None:
+            continue
+        text, _ = wheel_metadata(wheel.url, fetch, ranged)
+        there = cuda_pins(text, extra, machine=arch)
+        same_cuda = there["cuda_runtime"] is not None and cuda_of(there["cuda_runtime"]) == build["cuda"]
+        if not same_cuda or there["cudnn"] is None or _floor(there["cudnn"]) != build["cudnn"]:
+            log(f"  {wheel.filename}: no CUDA {build['cuda']} build for {arch} (its metadata: {there})")
+            continue
+        build["arches"] = [*build["arches"], arch]
+        found[arch] = python_range([w.filename for w in listed if w.version == version], there["python"], arch)
+    return found
 
 
 def _final(version: str) -> bool:
@@ -332,6 +372,7 @@ def _build_from_metadata(fw, version, pins, *, where, documented, line, default:
             "variant": doc["variant"],
             "index_url": None,
             "default": default,
+            "arches": ["x86_64"],
             "cuda": doc["cuda"],
             "cuda_runtime": None,
             "cudnn": doc["cudnn"],
@@ -350,6 +391,7 @@ def _build_from_metadata(fw, version, pins, *, where, documented, line, default:
         "variant": variant,
         "index_url": None,
         "default": default,
+        "arches": ["x86_64"],
         "cuda": cuda,
         "cuda_runtime": runtime,
         "cudnn": _floor(pins["cudnn"]) if pins["cudnn"] else doc.get("cudnn"),
@@ -369,6 +411,7 @@ def _documented_build(fw, variant, doc, line, index) -> dict[str, Any]:
         "variant": variant,
         "index_url": index,
         "default": False,
+        "arches": ["x86_64"],
         "cuda": cuda,
         "cuda_runtime": None,
         "cudnn": doc["cudnn"],
@@ -410,6 +453,9 @@ def dump(doc: dict[str, Any]) -> str:
         "# python: the CPython versions that have manylinux x86_64 wheels of the release on the package\n"
         "# index (its file list, pypi-wheel-metadata), within the wheel's Requires-Python: lowest to\n"
         "# highest + 1 (torch 2.5 declares >=3.8.0 but has no cp38 wheel; torch <= 2.4 has no cp313).\n"
+        "# arches: the host architectures the build's CUDA wheels are published for: aarch64 where the\n"
+        "# release's aarch64 wheel, read for Linux aarch64, declares the same CUDA runtime and cuDNN\n"
+        "# (pypi-wheel-metadata); python_aarch64: the CPython range of those aarch64 wheels.\n"
     )
     out = io.StringIO()
     yaml.dump(doc, out, Dumper=_QuotedDumper, sort_keys=False, width=200, default_flow_style=None)
@@ -443,32 +489,132 @@ _QuotedDumper.add_representer(
 )
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m provision.matrix.refresh", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--compat-dir", default=None, help="compat/ directory (default: the project's)")
-    parser.add_argument("--check", action="store_true", help="exit 1 if compat/frameworks.yaml is out of date")
-    args = parser.parse_args(argv)
-    from provision.resources import compat_dir
+SOURCES = ("frameworks", "images", "container-toolkit")
 
-    compat = Path(compat_dir(args.compat_dir))
+
+def _frameworks(compat: Path, args: argparse.Namespace, out, err) -> int:
     try:
-        doc = refresh(compat, log=lambda m: print(m, file=sys.stderr))
+        doc = refresh(compat, log=lambda m: print(m, file=err))
     except (RefreshError, urllib.error.URLError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: frameworks: {exc}", file=err)
         return 1
     target = compat / "frameworks.yaml"
     if args.check:
+        import difflib
+
         old = yaml.safe_load(target.read_text())
         old.pop("generated", None)
         new = dict(doc)
         new.pop("generated", None)
         if old != new:
-            print("compat/frameworks.yaml is out of date: run python -m provision.matrix.refresh", file=sys.stderr)
+            strip = lambda d: [ln for ln in dump(d).splitlines(keepends=True) if not ln.startswith("#")]  # noqa: E731
+            out.writelines(difflib.unified_diff(strip(old), strip(new), "compat/frameworks.yaml", "upstream"))
+            print("compat/frameworks.yaml is out of date: run python -m provision.matrix.refresh", file=err)
             return 1
         return 0
     target.write_text(dump(doc))
-    print(f"wrote {target}", file=sys.stderr)
+    print(f"wrote {target}", file=err)
     return 0
+
+
+def _images(compat: Path, args: argparse.Namespace, out, err) -> int:
+    from provision.matrix import refresh_images as ri
+
+    if args.recorded is not None:
+        get, owned = ri.recorded_get(args.recorded), ri.recorded_key(args.recorded)
+    else:
+        get, owned = ri.live_get(http_fetch), ri.LIVE_KEYS
+    try:
+        if args.check:
+            diff = ri.check(compat, get, owned)
+            if diff:
+                out.writelines(diff)
+                print("compat/images.yaml differs from NVIDIA's container-images repository", file=err)
+                return 1
+            return 0
+        key = args.source_key or (owned if args.recorded is not None else None)
+        if key is None:
+            print("error: images: name the compat/sources.yaml key of what you read (--source-key)", file=err)
+            return 2
+        changed, notes = ri.write(compat, get, owned, key)
+    except (ri.ImagesRefreshError, urllib.error.URLError, OSError) as exc:
+        print(f"error: images: {exc}", file=err)
+        return 1
+    for note in notes:
+        print(f"  {note}", file=err)
+    print(f"{'wrote' if changed else 'unchanged:'} {compat / 'images.yaml'}", file=err)
+    return 0
+
+
+def _toolkit(compat: Path, args: argparse.Namespace, out, err) -> int:
+    from provision.matrix import refresh_toolkit as rt
+
+    try:
+        listing = rt.recorded_listing(args.recorded) if args.recorded is not None else rt.live_listing()
+        if args.check:
+            diff = rt.check(compat, listing)
+            if diff:
+                out.writelines(diff)
+                print("compat/container_toolkit.yaml differs from the toolkit's release tags", file=err)
+                return 1
+            return 0
+        changed = rt.write(compat, listing, args.source_key or "nvidia-container-toolkit")
+    except (rt.ToolkitRefreshError, OSError) as exc:
+        print(f"error: container-toolkit: {exc}", file=err)
+        return 1
+    print(f"{'wrote' if changed else 'unchanged:'} {compat / 'container_toolkit.yaml'}", file=err)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m provision.matrix.refresh", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--compat-dir", default=None, help="compat/ directory (default: the project's)")
+    parser.add_argument(
+        "--source",
+        choices=(*SOURCES, "all"),
+        default="frameworks",
+        help="which upstream: frameworks (wheel metadata -> frameworks.yaml, the default), images "
+        "(NVIDIA's container-images repository -> images.yaml), container-toolkit (its release tags -> "
+        "container_toolkit.yaml), or all",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="change nothing: print a unified diff of the rows upstream would change and exit 1, or exit 0",
+    )
+    parser.add_argument(
+        "--from",
+        dest="recorded",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="read a recorded copy of the upstream (tests/fixtures/refresh/<source>) instead of the network "
+        "(images, container-toolkit)",
+    )
+    parser.add_argument(
+        "--source-key",
+        default=None,
+        help="compat/sources.yaml key that changed rows cite (images from the network: required)",
+    )
+    args = parser.parse_args(argv)
+    from provision.resources import compat_dir
+
+    compat = Path(compat_dir(args.compat_dir))
+    sources = SOURCES if args.source == "all" else (args.source,)
+    if args.recorded is not None:
+        if len(sources) != 1 or sources[0] == "frameworks":
+            parser.error("--from reads one recorded copy: use it with --source images or --source container-toolkit")
+        if not (args.recorded / "SOURCE.txt").is_file():
+            parser.error(f"--from {args.recorded}: not a recorded copy (no SOURCE.txt)")
+    if args.source_key is not None:
+        known = yaml.safe_load((compat / "sources.yaml").read_text())["sources"]
+        if args.source_key not in known:
+            parser.error(f"--source-key {args.source_key}: not a key of compat/sources.yaml")
+    run = {"frameworks": _frameworks, "images": _images, "container-toolkit": _toolkit}
+    worst = 0
+    for name in sources:
+        worst = max(worst, run[name](compat, args, sys.stdout, sys.stderr))
+    return worst
 
 
 if __name__ == "__main__":

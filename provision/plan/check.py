@@ -39,17 +39,19 @@ def check(matrix: Matrix, raw: dict[str, Any] | None = None) -> CheckResult:
     declared = {(x.os, x.gpu) for x in matrix.exclusions}
     cuda_lines = sorted({major_minor(c.version) for c in matrix.cuda})
     fw_releases = [(fw.id, str(r.version)) for fw in matrix.frameworks for r in fw.releases]
+    memo: dict = {}  # shared by the requests below: each (os, gpu)'s candidates are worked out once
 
     def run(kind: str, req: PlanRequest) -> bool:
         counts = result.groups.setdefault(kind, {"resolved": 0, "refused": 0, "not applicable": 0})
         try:
-            resolve(matrix, req, suggest=False)
+            resolve(matrix, req, suggest=False, memo=memo)
         except NoCompatibleStack as exc:
             counts["refused"] += 1
             for k in exc.kinds or {"other"}:
                 result.refusals[k] += 1
             if (
                 kind == "os+gpu"
+                and "os-arch" not in exc.kinds  # os.yaml declares the OS's architectures
                 and (req.os, req.gpu) not in declared
                 and (None, req.gpu) not in declared
                 and (req.os, None) not in declared

@@ -45,6 +45,8 @@ class PlanOs(NamedTuple):
     nvidia_repo: str
     kernel_headers: tuple[str, ...]
     cuda_image_os: str
+    arch: str = "x86_64"  # the host CPU architecture (Ansible's ansible_architecture)
+    repo_arch: str = "x86_64"  # NVIDIA's repository directory for it: repos/<nvidia_repo>/<repo_arch>/ (sbsa)
 
 
 class PlanGpu(NamedTuple):
@@ -111,6 +113,16 @@ class PlanFabricManager(NamedTuple):
     packages: tuple[Package, ...]
 
 
+class PlanSubnetManager(NamedTuple):
+    """The NVLink Subnet Manager of a fourth-generation NVSwitch host, run by Fabric Manager's unit."""
+
+    service: str  # the systemd unit that starts it (nvidia-fabricmanager)
+    process: str  # nvlsm
+    packages: tuple[str, ...]  # NVIDIA's, versioned on their own: installed from the repository, then held
+    requires: tuple[str, ...]  # the distribution's InfiniBand userspace
+    kernel_modules: tuple[str, ...]  # loaded at boot (ib_umad: its management transport)
+
+
 class PlanToolkit(NamedTuple):
     version: str
     packages: tuple[Package, ...]
@@ -154,6 +166,8 @@ class Plan(NamedTuple):
     reasons: tuple[Reason, ...]
     data: PlanData
     mig: PlanMig | None = None
+    subnet_manager: PlanSubnetManager | None = None
+    platform: str = "linux/amd64"  # the container platform of the plan's images (linux/arm64 on aarch64 hosts)
     schema: int = SCHEMA_VERSION
 
     # -- serialisation -------------------------------------------------------------------
@@ -201,10 +215,17 @@ class Plan(NamedTuple):
         for key in ("reasons", "data"):
             body.pop(key)
         # added after schema 1 shipped: absent from the digest unless used, so earlier locks still verify
-        if body.get("mig") is None:
-            body.pop("mig", None)
+        for key in ("mig", "subnet_manager"):
+            if body.get(key) is None:
+                body.pop(key, None)
         if body["request"].get("mig") is None:
             body["request"].pop("mig", None)
+        # the host architecture, added later the same way: an x86_64 plan digests as it always did
+        if body.get("platform") == "linux/amd64":
+            body.pop("platform")
+        for key in ("arch", "repo_arch"):
+            if body["os"].get(key) == "x86_64":
+                body["os"].pop(key)
         for part, key in (
             ("cuda", "compute_capabilities"),
             ("framework", "compute_capabilities"),

@@ -22,7 +22,9 @@ Order of preference, first consistent stack wins:
 6. cuDNN: the framework build's own pin, or the cuDNN of the nvidia/cuda cudnn images for that
    CUDA; it must support the CUDA release and the SM (catalogued support matrix, or the
    catalogued matrices on either side for a release without one).
-7. Fabric Manager exactly when the GPU sits on an NVSwitch baseboard, at the driver's version.
+7. Fabric Manager exactly when the GPU sits on an NVSwitch baseboard, at the driver's version;
+   the NVLink Subnet Manager beside it from the NVSwitch generation drivers.yaml names (HGX B200:
+   fourth), with driver branches below its floor eliminated.
 8. Container Toolkit: the newest catalogued release.
 
 A refusal lists every candidate tried with the reason it was eliminated, and the pin changes
@@ -48,6 +50,7 @@ from provision.plan.model import (
     PlanGpu,
     PlanOs,
     PlanRequest,
+    PlanSubnetManager,
     PlanToolkit,
     Reason,
 )
@@ -81,17 +84,21 @@ class Context:
         "cc",
         "eliminated",
         "gpu_id",
+        "gpu_modules",
         "gpu_name",
         "gpus",
+        "host",
         "kinds",
         "matrix",
         "min_driver",
         "nvswitch",
         "os",
         "pins",
+        "repo_arch",
         "request",
         "rule_of",
         "skipped",
+        "subnet_manager",
     )
 
     def __init__(
@@ -108,10 +115,18 @@ class Context:
         nvswitch: bool,
         min_driver: Version | None,
         pins: Pins,
+        subnet_manager: m.SubnetManager | None = None,
+        host: str = m.DEFAULT_ARCH,
+        gpu_modules: tuple[str, ...] | None = None,
     ) -> None:
         self.matrix, self.request, self.os, self.pins = matrix, request, os, pins
+        self.subnet_manager = subnet_manager  # the catalogue's, when this GPU's NVSwitch needs it
         self.gpu_id, self.gpu_name, self.gpus, self.arch = gpu_id, gpu_name, gpus, arch
         self.cc, self.nvswitch, self.min_driver = cc, nvswitch, min_driver
+        # the host CPU architecture (the GPU's: GH200 is an aarch64 superchip) and the OS
+        # repository's directory for it (x86_64, sbsa); GPU-level kernel-module limits (GH200: open)
+        self.host, self.repo_arch = host, os.repo_arch(host) or host
+        self.gpu_modules = gpu_modules
         self.eliminated: list[tuple[str, str]] = []
         self.rule_of: dict[tuple[str, str], str] = {}  # elimination -> the rule (kind) behind it
         self.kinds: set[str] = set()  # which rules eliminated candidates
@@ -156,11 +171,16 @@ class CudnnChoice(NamedTuple):
 
 
 # -- entry point ---------------------------------------------------------------------------
-def resolve(matrix: m.Matrix, request: PlanRequest, *, suggest: bool = True) -> Plan:
-    """Resolve a request; NoCompatibleStack says what was tried and which pins would work."""
+def resolve(matrix: m.Matrix, request: PlanRequest, *, suggest: bool = True, memo: dict | None = None) -> Plan:
+    """Resolve a request; NoCompatibleStack says what was tried and which pins would work.
+
+    ``memo``: a dict that requests resolved against the same matrix share (``provision matrix
+    check`` passes one), so that each request's driver and CUDA candidates are worked out once
+    per (OS, GPU); the plans and refusals are the same as without it.
+    """
     mig = _mig(matrix, request) if request.mig else None
     ctx = context(matrix, request)
-    plan = _search(ctx)
+    plan = _search(ctx, memo)
     if plan is not None:
         if mig is not None:
             plan = plan._replace(mig=mig[0], reasons=(*plan.reasons, mig[1]))
@@ -219,9 +239,13 @@ def context(matrix: m.Matrix, request: PlanRequest) -> Context:
             ("architecture", "architecture"),
             ("compute capability", "compute_capability"),
             ("Fabric Manager (NVSwitch)", "nvswitch"),
+            ("NVSwitch generation", "nvswitch_generation"),
+            ("host architecture", "host_arches"),
         )
         if len({getattr(g, attr) for g in gpus}) > 1
     ]
+    if "Fabric Manager (NVSwitch)" in differs and "NVSwitch generation" in differs:
+        differs.remove("NVSwitch generation")  # one fact: some members have no NVSwitch at all
     if differs:
         raise InputError(
             f"GPU {gpu_id!r} covers {', '.join(g.id for g in gpus)}, which differ in {' and '.join(differs)}",
@@ -238,6 +262,10 @@ def context(matrix: m.Matrix, request: PlanRequest) -> Context:
             )
             error.kinds = frozenset({"declared-unsupported"})
             raise error
+    host = first.host_arches[0]
+    if os_rel.repo_arch(host) is None:
+        raise _os_arch_refusal(matrix, os_rel, gpu_id, host)
+    limits = [g.kernel_modules for g in gpus if g.kernel_modules is not None]
     mins = [g.min_driver for g in gpus if g.min_driver is not None]
     group = matrix.group(gpu_id)
     return Context(
@@ -252,7 +280,31 @@ def context(matrix: m.Matrix, request: PlanRequest) -> Context:
         nvswitch=first.nvswitch,
         min_driver=max(mins) if mins else None,
         pins=parse_pins(matrix, request),
+        subnet_manager=sm if (sm := matrix.subnet_manager) is not None and sm.needed_by(first) else None,
+        host=host,
+        gpu_modules=tuple(k for k in limits[0] if all(k in lim for lim in limits)) if limits else None,
     )
+
+
+def _os_arch_refusal(matrix: m.Matrix, os_rel: m.OsRelease, gpu_id: str, host: str) -> NoCompatibleStack:
+    """The GPU's host architecture has no directory in the OS's NVIDIA repository (os.yaml arches)."""
+    serving = [o.id for o in matrix.os_releases if o.repo_arch(host) is not None]
+    served = "/".join(a for a, _ in os_rel.arches)
+    error = NoCompatibleStack(
+        f"{gpu_id} needs an {host} host, and {os_rel.id} is catalogued for {served} hosts only",
+        eliminations=[
+            (
+                f"{os_rel.id} + {gpu_id}",
+                f"NVIDIA's {os_rel.nvidia_repo} repository has no {host} directory in the catalogue (os.yaml arches)",
+            )
+        ],
+        hint=f"plan an OS whose repository serves {host}: {' or '.join('--os ' + o for o in serving)}"
+        if serving
+        else f"no catalogued OS serves {host} hosts (compat/os.yaml arches)",
+    )
+    error.kinds = frozenset({"os-arch"})
+    error.summary = [f"{os_rel.id}: no {host} repository directory catalogued (os.yaml arches: {served})"]
+    return error
 
 
 def parse_pins(matrix: m.Matrix, request: PlanRequest) -> Pins:
@@ -329,8 +381,8 @@ def parse_pins(matrix: m.Matrix, request: PlanRequest) -> Pins:
 
 
 # -- search ----------------------------------------------------------------------------------
-def _search(ctx: Context) -> Plan | None:
-    drivers = list(_driver_candidates(ctx))
+def _search(ctx: Context, memo: dict | None = None) -> Plan | None:
+    drivers = list(_driver_candidates(ctx)) if memo is None else _memo_drivers(ctx, memo)
     if not drivers:
         return None
     builds = list(_framework_candidates(ctx))
@@ -339,11 +391,67 @@ def _search(ctx: Context) -> Plan | None:
     for allow_minor in (False, True):
         for drv in drivers:
             for fw_release, build in builds or [(None, None)]:
-                for cuda, image in _cuda_candidates(ctx, build):
+                cudas = _cuda_candidates(ctx, build) if memo is None else _memo_cudas(ctx, build, memo)
+                for cuda, image in cudas:
                     plan = _try(ctx, Candidate(drv, fw_release, build, cuda, image), allow_minor=allow_minor)
                     if plan is not None:
                         return plan
     return None
+
+
+def _memo_drivers(ctx: Context, memo: dict) -> list[DriverChoice]:
+    """list(_driver_candidates(ctx)), worked out once per request that differs only in the pins it
+    never reads (CUDA, cuDNN, framework, MIG), then replayed: the same choices, eliminations (in
+    order, with their rules) and skipped branches."""
+    key = ("drivers", ctx.request._replace(cuda=None, cudnn=None, framework=None, mig=None))
+    known = memo.get(key)
+    if known is None:
+        if ctx.eliminated or ctx.kinds or ctx.skipped:  # only a fresh context records cleanly
+            return list(_driver_candidates(ctx))
+        drivers = list(_driver_candidates(ctx))
+        drops = [(c, why, ctx.rule_of[(c, why)]) for c, why in ctx.eliminated]
+        memo[key] = (drivers, drops, frozenset(ctx.kinds), list(ctx.skipped))
+        return list(drivers)
+    drivers, drops, kinds, skipped = known
+    for candidate, why, kind in drops:
+        ctx.drop(candidate, why, kind)
+    ctx.kinds.update(kinds)
+    ctx.skipped.extend(skipped)
+    return list(drivers)
+
+
+class _Recorder(Context):
+    """A copy of a context whose drop() records each elimination instead of making it (_memo_cudas)."""
+
+    __slots__ = ("events",)
+
+    def __init__(self, ctx: Context) -> None:  # every slot of ctx, not Context.__init__'s arguments
+        for name in Context.__slots__:
+            setattr(self, name, getattr(ctx, name))
+        self.events: list[tuple] = []
+
+    def drop(self, candidate: str, why: str, kind: str) -> None:
+        self.events.append(("drop", candidate, why, kind))
+
+
+def _memo_cudas(
+    ctx: Context, build: m.FrameworkBuild | None, memo: dict
+) -> Iterator[tuple[m.CudaRelease, m.ImageRelease]]:
+    """_cuda_candidates(ctx, build), worked out once per request that differs only in the pins it
+    never reads (driver, policy, cuDNN, framework, MIG) and per build, then replayed lazily: each
+    elimination is made when the original generator would have made it."""
+    key = ("cudas", ctx.request._replace(driver=None, policy="lts", cudnn=None, framework=None, mig=None), build)
+    events = memo.get(key)
+    if events is None:
+        recorder = _Recorder(ctx)
+        for item in _cuda_candidates(recorder, build):
+            recorder.events.append(("yield", item))
+        events = memo[key] = recorder.events
+    for event in events:
+        if event[0] == "yield":
+            yield event[1]
+        else:
+            ctx.drop(*event[1:])
 
 
 def _driver_candidates(ctx: Context) -> Iterator[DriverChoice]:
@@ -375,18 +483,16 @@ def _driver_candidates(ctx: Context) -> Iterator[DriverChoice]:
                 label, f"predates {arch.name} support (first branch R{arch.first_driver_branch})", "driver-architecture"
             )
             continue
-        usable = [mod for mod in b.kernel_modules if mod in arch.kernel_modules]
-        if not usable:
-            ctx.drop(
-                label,
-                f"ships {'/'.join(b.kernel_modules)} kernel modules only; {arch.name} needs {'/'.join(arch.kernel_modules)}",
-                "kernel-module",
-            )
+        module = _kernel_module(ctx, b)
+        if module is None:
             continue
-        module = b.default_module if b.default_module in usable else usable[0]
         packaging = ctx.matrix.packaging_for(ctx.os.id, b.branch, module)
         if packaging is None:
             ctx.drop(label, f"no catalogued {ctx.os.id} packages for its {module} kernel modules", "os-packages")
+            continue
+        refusal = _subnet_manager_refusal(ctx, b.branch, packaging)
+        if refusal is not None:
+            ctx.drop(label, *refusal)
             continue
         releases = [r for r in b.releases if ctx.os.id in r.os]
         if pins.driver_release is not None:
@@ -415,6 +521,35 @@ def _driver_candidates(ctx: Context) -> Iterator[DriverChoice]:
         yield DriverChoice(b, release, module, packaging, _driver_reasons(ctx, b, release, module))
 
 
+def _kernel_module(ctx: Context, b: m.DriverBranch) -> str | None:
+    """The branch's kernel-module flavour for this GPU: its default where the GPU runs it (the
+    architecture's flavours, narrowed by the GPU's own: GH200 open only); None (dropped) if none."""
+    runs = [mod for mod in ctx.arch.kernel_modules if ctx.gpu_modules is None or mod in ctx.gpu_modules]
+    usable = [mod for mod in b.kernel_modules if mod in runs]
+    if not usable:
+        who = ctx.arch.name if ctx.gpu_modules is None else ctx.gpu_id
+        ctx.drop(
+            b.label,
+            f"ships {'/'.join(b.kernel_modules)} kernel modules only; {who} needs {'/'.join(runs)}",
+            "kernel-module",
+        )
+        return None
+    return b.default_module if b.default_module in usable else usable[0]
+
+
+def _subnet_manager_refusal(ctx: Context, branch: int, packaging: m.DriverPackaging) -> tuple[str, str] | None:
+    """(why, rule) a branch cannot serve a GPU that needs the NVLink Subnet Manager; None: it can."""
+    sm = ctx.subnet_manager
+    if sm is None:
+        return None
+    if branch < sm.min_branch:
+        why = f"predates NVLink Subnet Manager systems (NVSwitch generation {sm.nvswitch_generation}: R{sm.min_branch} first)"
+        return why, "subnet-manager"
+    if packaging.subnet_manager is None:
+        return f"no catalogued {ctx.os.id} NVLink Subnet Manager packages", "os-packages"
+    return None
+
+
 def _framework_candidates(ctx: Context) -> Iterator[tuple[m.FrameworkRelease, m.FrameworkBuild]]:
     fw = ctx.pins.framework
     if fw is None:
@@ -424,6 +559,13 @@ def _framework_candidates(ctx: Context) -> Iterator[tuple[m.FrameworkRelease, m.
         assert rel is not None
         for build in sorted(rel.builds, key=lambda b: (not b.default, [-x for x in b.cuda_version.release])):
             name = f"{fw.package}=={rel.version} ({build.variant})"
+            if ctx.host not in build.arches:
+                ctx.drop(
+                    name,
+                    f"no {ctx.host} CUDA wheels (the build's wheels are for {'/'.join(build.arches)})",
+                    "framework-arch",
+                )
+                continue
             if ctx.pins.cuda is not None and ".".join(ctx.pins.cuda.split(".")[:2]) != build.cuda:
                 ctx.drop(name, f"built for CUDA {build.cuda}, not --cuda {ctx.pins.cuda}", "framework-cuda")
                 continue
@@ -490,6 +632,14 @@ def _cuda_images(ctx: Context, build: m.FrameworkBuild | None) -> Iterator[tuple
             ]
             also = f" (published for {major_minor(cuda.version)}: {', '.join(published)})" if published else ""
             ctx.drop(name, f"no nvidia/cuda {flavour} image for {img_os}{also}", "image")
+            continue
+        platform = m.PLATFORMS[ctx.host]
+        if platform not in image.platforms:
+            ctx.drop(
+                name,
+                f"its nvidia/cuda images are confirmed for {'/'.join(image.platforms)} only, not {platform}",
+                "image-platform",
+            )
             continue
         yield cuda, image
     if build is not None and not any(major_minor(c.version) == build.cuda for c in ctx.matrix.cuda):
@@ -627,10 +777,11 @@ def _driver_reasons(ctx: Context, b: m.DriverBranch, release: m.DriverRelease, m
     if ctx.min_driver is not None:
         rel_why += f"; {ctx.gpu_id} needs >= {ctx.min_driver}"
     reasons.append(Reason("driver", f"{release.version} ({release.date}): {rel_why}", release.source))
+    who = ctx.arch.name if ctx.gpu_modules is None else ctx.gpu_id
     if module == b.default_module:
-        mod_why = f"{module} kernel modules: {b.label}'s default, and {ctx.arch.name} runs them"
+        mod_why = f"{module} kernel modules: {b.label}'s default, and {who} runs them"
     else:
-        mod_why = f"{module} kernel modules: {ctx.arch.name} needs them ({b.label} defaults to {b.default_module})"
+        mod_why = f"{module} kernel modules: {who} needs them ({b.label} defaults to {b.default_module})"
     reasons.append(Reason("kernel-module", mod_why, "kernel-modules-guide"))
     return tuple(reasons)
 
@@ -646,6 +797,7 @@ def _build_plan(ctx: Context, cand: Candidate, link: CudaLink, cudnn: CudnnChoic
     reasons.append(why)
     framework = _framework_part(ctx, cand, reasons)
     fabric = _fabric_part(ctx, driver, cand.drv.packaging, reasons)
+    subnet_manager = _subnet_manager_part(ctx, cand.drv.packaging, reasons)
     toolkit = ctx.matrix.toolkit[0]
     reasons.append(
         Reason(
@@ -667,6 +819,8 @@ def _build_plan(ctx: Context, cand: Candidate, link: CudaLink, cudnn: CudnnChoic
             os_rel.nvidia_repo,
             os_rel.kernel_headers,
             os_rel.cuda_image_os,
+            ctx.host,
+            ctx.repo_arch,
         ),
         gpu=PlanGpu(
             ctx.gpu_id,
@@ -689,14 +843,14 @@ def _build_plan(ctx: Context, cand: Candidate, link: CudaLink, cudnn: CudnnChoic
         base_image=base_image,
         images=images,
         driver_floor=driver_floor,
+        platform=m.PLATFORMS[ctx.host],
         reasons=(
-            Reason(
-                "os", f"{os_rel.name}: {os_rel.pkg_manager}, NVIDIA repository {os_rel.nvidia_repo}", os_rel.sources[0]
-            ),
+            Reason("os", _os_text(ctx), os_rel.sources[0]),
             Reason("gpu", _gpu_text(ctx), ctx.gpus[0].sources[0]),
             *reasons,
         ),
         data=PlanData(str(ctx.matrix.as_of), _data_digest(ctx.matrix)),
+        subnet_manager=subnet_manager,
     )
 
 
@@ -822,7 +976,7 @@ def _framework_part(ctx: Context, cand: Candidate, reasons: list[Reason]) -> Pla
         extra=build.extra,
         libraries=build.libraries,
         requirement=requirement,
-        requires_python=fw_release.python,
+        requires_python=fw_release.python_for(ctx.host),
         compute_capabilities=tuple(build.compute_capabilities) if build.compute_capabilities else None,
         ptx=build.ptx,
     )
@@ -846,10 +1000,51 @@ def _fabric_part(
     return PlanFabricManager(fm_names[0], driver.version, tuple(Package(n, driver.version) for n in fm_names))
 
 
+def _subnet_manager_part(ctx: Context, packaging: m.DriverPackaging, reasons: list[Reason]) -> PlanSubnetManager | None:
+    sm, generation = ctx.subnet_manager, ctx.gpus[0].nvswitch_generation
+    if sm is None or packaging.subnet_manager is None:
+        if ctx.nvswitch and ctx.matrix.subnet_manager is not None:
+            first = ctx.matrix.subnet_manager.nvswitch_generation
+            reasons.append(
+                Reason(
+                    "subnet-manager",
+                    f"none: {ctx.gpu_id}'s NVSwitch is generation {generation}; "
+                    f"Fabric Manager alone configures it (NVLink Subnet Manager from generation {first})",
+                    ctx.matrix.subnet_manager.sources[0],
+                )
+            )
+        return None
+    pkgs = packaging.subnet_manager
+    modules = f"; {', '.join(sm.kernel_modules)} loaded at boot" if sm.kernel_modules else ""
+    reasons.append(
+        Reason(
+            "subnet-manager",
+            f"{', '.join(pkgs.packages)} (NVLink Subnet Manager, held where installed) with "
+            f"{', '.join(pkgs.requires) or 'no other packages'}{modules}: {ctx.gpu_id} sits on a generation "
+            f"{generation} NVSwitch baseboard, whose routing NVLSM programs beside Fabric Manager; "
+            f"{sm.service} starts both",
+            sm.sources[0],
+        )
+    )
+    return PlanSubnetManager(sm.service, sm.process, pkgs.packages, pkgs.requires, sm.kernel_modules)
+
+
+def _os_text(ctx: Context) -> str:
+    os_rel = ctx.os
+    text = f"{os_rel.name}: {os_rel.pkg_manager}, NVIDIA repository {os_rel.nvidia_repo}"
+    if ctx.host == m.DEFAULT_ARCH:
+        return text
+    return (
+        f"{text}/{ctx.repo_arch} ({ctx.host} host: {ctx.gpu_id} is built into {ctx.host} servers; "
+        f"images for {m.PLATFORMS[ctx.host]}, {ctx.host} wheels)"
+    )
+
+
 def _gpu_text(ctx: Context) -> str:
     covers = f"covers {', '.join(g.id for g in ctx.gpus)}; " if len(ctx.gpus) > 1 else ""
     fm = "NVSwitch baseboard" if ctx.nvswitch else "no NVSwitch"
-    return f"{ctx.gpu_name}: {covers}{ctx.arch.name}, compute capability {ctx.cc}, {fm}"
+    host = f", {ctx.host} host" if ctx.host != m.DEFAULT_ARCH else ""
+    return f"{ctx.gpu_name}: {covers}{ctx.arch.name}, compute capability {ctx.cc}, {fm}{host}"
 
 
 def _data_digest(matrix: m.Matrix) -> str:
@@ -875,11 +1070,14 @@ _RULE_ORDER = (
     "cudnn-support",
     "cuda-driver",
     "framework-cuda",
+    "framework-arch",
     "framework-sm",
     "cuda-uncatalogued",
+    "image-platform",
     "image",
     "cuda-sm",
     "gpu-min-driver",
+    "subnet-manager",
     "os-packages",
     "kernel-module",
     "driver-architecture",
@@ -896,10 +1094,13 @@ def _rule_text(ctx: Context, rule: str, n: int) -> str:
         "cuda-driver": f"stack{s} whose driver is older than the CUDA release needs",
         "framework-cuda": f"framework build{s} for another CUDA than --cuda {pins.cuda}",
         "framework-sm": f"framework build{s} without code for {sm}",
+        "framework-arch": f"framework build{s} without {ctx.host} CUDA wheels",
+        "image-platform": f"CUDA release{s} whose nvidia/cuda images are not confirmed for {m.PLATFORMS[ctx.host]}",
         "cuda-uncatalogued": f"framework CUDA version{s} not in the catalogue",
         "image": f"CUDA release{s} without a matching nvidia/cuda image for {ctx.os.cuda_image_os}",
         "cuda-sm": f"CUDA release{s} that cannot build for {sm} ({ctx.arch.name})",
         "gpu-min-driver": f"driver{s} older than {ctx.min_driver}, the first driver for {ctx.gpu_id}",
+        "subnet-manager": f"driver branch{'es' if n > 1 else ''} older than the NVLink Subnet Manager floor",
         "os-packages": f"driver{s} not packaged in the {ctx.os.nvidia_repo} repository",
         "kernel-module": f"driver branch{'es' if n > 1 else ''} without kernel modules {ctx.arch.name} runs",
         "driver-architecture": f"driver branch{'es' if n > 1 else ''} without {ctx.arch.name} support",

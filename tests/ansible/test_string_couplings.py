@@ -84,10 +84,12 @@ def written(real_matrix) -> dict[str, set[str]]:
     for os_id in OSES:
         plan = to_extravars(resolve(real_matrix, PlanRequest(os=os_id, gpu="h100-sxm")))
         mig = to_extravars(resolve(real_matrix, PlanRequest(os=os_id, gpu="a100-sxm4-80gb", mig="7x1g.10gb")))
+        nvlsm = to_extravars(resolve(real_matrix, PlanRequest(os=os_id, gpu="b200")))  # NVLink Subnet Manager
         runs = [
             ("preflight", plan, {}),
             ("nvidia_driver", plan, {}),
             ("nvidia_driver", plan, {"nvidia_driver_module_signing_key": "/k.priv", "nvidia_driver_module_signing_cert": "/k.der"}),
+            ("nvidia_driver", nvlsm, {}),
             # Docker not yet installed (`command -v dockerd` failed): its repository is added too
             ("container_runtime", plan, {"container_runtime_engine": "docker", "container_runtime_dockerd": {"rc": 1}}),
             ("container_runtime", plan, {"container_runtime_engine": "containerd"}),

@@ -85,11 +85,16 @@ def test_every_source_is_cited_and_every_citation_known():
     assert not unused, f"sources nobody cites: {sorted(unused)}"
 
 
+def serves(os_rel, gpu) -> bool:
+    """os.yaml declares the host architectures each OS's repository serves (GH200: aarch64 only)."""
+    return os_rel.repo_arch(gpu.host_arches[0]) is not None
+
+
 def test_every_os_gpu_pair_resolves_or_is_declared(real_matrix):
     declared = {(x.os, x.gpu) for x in real_matrix.exclusions}
     for os_rel in real_matrix.os_releases:
         for gpu in real_matrix.gpus:
-            if (os_rel.id, gpu.id) in declared:
+            if (os_rel.id, gpu.id) in declared or not serves(os_rel, gpu):
                 continue
             plan = resolve(real_matrix, PlanRequest(os_rel.id, gpu.id), suggest=False)
             assert violations(real_matrix, plan) == [], (os_rel.id, gpu.id)
@@ -99,7 +104,9 @@ def test_matrix_check_is_clean_and_fast(real_matrix):
     raw = read_raw(COMPAT)
     result = check(real_matrix, raw)
     assert result.ok, (result.problems, result.unresolved_pairs)
-    assert result.groups["os+gpu"]["resolved"] == len(real_matrix.os_releases) * len(real_matrix.gpus) + sum(
+    other_arch = sum(1 for o in real_matrix.os_releases for g in real_matrix.gpus if not serves(o, g))
+    pairs = len(real_matrix.os_releases) * len(real_matrix.gpus) - other_arch
+    assert result.groups["os+gpu"]["resolved"] == pairs + sum(
         1
         for _ in real_matrix.os_releases
         for g in real_matrix.gpu_groups
@@ -113,7 +120,9 @@ def test_matrix_check_is_clean_and_fast(real_matrix):
         ("rocky9", "a100-pcie", {}, {"fm": None}),
         ("ubuntu22.04", "h100-sxm", {}, {"fm": "nvidia-fabricmanager"}),
         ("rocky9", "b200", {}, {"module": "open"}),
-        ("ubuntu22.04", "v100", {}, {"branch": "580", "module": "proprietary", "cuda": "12.9.1"}),
+        # 12.9.1's images are superseded by 12.9.2 (cuda-images-2026), which cuda.yaml does not list yet:
+        # the newest supported image set for sm_70 is 12.6.3
+        ("ubuntu22.04", "v100", {}, {"branch": "580", "module": "proprietary", "cuda": "12.6.3"}),
         ("rocky9", "a100-pcie", {"framework": "pytorch==2.5.1"}, {"cuda": "12.4.1", "cudnn": "9.1.0.70"}),
         ("ubuntu22.04", "h100-sxm", {"framework": "tensorflow==2.15.0"}, {"cuda": "12.2.2", "cudnn": "8.9.4.25"}),
         ("ubuntu22.04", "v100", {"framework": "pytorch==2.14.0"}, {"variant": "cu126"}),
@@ -176,7 +185,7 @@ def test_default_plans_avoid_end_of_life_images_when_a_supported_set_fits(real_m
     checked = 0
     for os_rel in real_matrix.os_releases:
         for gpu in real_matrix.gpus:
-            if any((x.os, x.gpu) == (os_rel.id, gpu.id) for x in real_matrix.exclusions):
+            if any((x.os, x.gpu) == (os_rel.id, gpu.id) for x in real_matrix.exclusions) or not serves(os_rel, gpu):
                 continue
             plan = resolve(real_matrix, PlanRequest(os_rel.id, gpu.id), suggest=False)
             image = real_matrix.image(Version(plan.cuda.version))

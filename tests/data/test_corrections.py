@@ -65,7 +65,7 @@ def test_superseded_image_sets_are_end_of_life(real_matrix, cuda, date, newer, s
 
 
 def test_newest_updates_are_not_end_of_life(real_matrix):
-    for cuda in ("13.2.1", "13.1.2", "13.0.3", "12.9.1", "12.6.3"):
+    for cuda in ("13.2.1", "13.1.2", "13.0.3", "12.9.2", "12.8.2", "12.6.3"):
         assert not image(real_matrix, cuda).past_eol(real_matrix.as_of), cuda
 
 
@@ -184,3 +184,62 @@ def test_a100_80gb_minimum_driver_from_the_450_release_notes(real_matrix):
     g = real_matrix.gpu("a100-sxm4-80gb")
     assert str(g.min_driver) == "450.216.04"
     assert "tesla-rn-450-216" in g.sources
+
+
+# -- cuda.yaml --------------------------------------------------------------------------------
+# Table 3 "CUDA Toolkit and Corresponding Driver Versions", Linux x86_64 column, as printed in the
+# 13.2 Update 2 edition (https://docs.nvidia.com/cuda/archive/13.2.2/cuda-toolkit-release-notes/index.html),
+# from CUDA 11.8 GA. It has no 12.8 Update 2, 12.9 Update 2, 13.0 Update 3 or 13.1 Update 2: the
+# nvidia/cuda image sets with those numbers carry the runtime of the update before them.
+RELEASE_NOTES_TABLE_3 = {
+    "CUDA 13.2 Update 2": ">=595.71.05",
+    "CUDA 13.2 Update 1": ">=595.58.03",
+    "CUDA 13.2 GA": ">=595.45.04",
+    "CUDA 13.1 Update 1": ">=590.48.01",
+    "CUDA 13.1 GA": ">=590.44.01",
+    "CUDA 13.0 Update 2": ">=580.95.05",
+    "CUDA 13.0 Update 1": ">=580.82.07",
+    "CUDA 13.0 GA": ">=580.65.06",
+    "CUDA 12.9 Update 1": ">=575.57.08",
+    "CUDA 12.9 GA": ">=575.51.03",
+    "CUDA 12.8 Update 1": ">=570.124.06",
+    "CUDA 12.8 GA": ">=570.26",
+    "CUDA 12.6 Update 3": ">=560.35.05",
+    "CUDA 12.6 Update 2": ">=560.35.03",
+    "CUDA 12.6 Update 1": ">=560.35.03",
+    "CUDA 12.6 GA": ">=560.28.03",
+    "CUDA 12.5 Update 1": ">=555.42.06",
+    "CUDA 12.5 GA": ">=555.42.02",
+    "CUDA 12.4 Update 1": ">=550.54.15",
+    "CUDA 12.4 GA": ">=550.54.14",
+    "CUDA 12.3 Update 1": ">=545.23.08",
+    "CUDA 12.3 GA": ">=545.23.06",
+    "CUDA 12.2 Update 2": ">=535.104.05",
+    "CUDA 12.2 Update 1": ">=535.86.09",
+    "CUDA 12.2 GA": ">=535.54.03",
+    "CUDA 12.1 Update 1": ">=530.30.02",
+    "CUDA 12.1 GA": ">=530.30.02",
+    "CUDA 12.0 Update 1": ">=525.85.12",
+    "CUDA 12.0 GA": ">=525.60.13",
+    "CUDA 11.8 GA": ">=520.61.05",
+}
+
+
+def _table_3_label(version):
+    major, minor, update = version.release[:3]
+    return f"CUDA {major}.{minor} " + (f"Update {update}" if update else "GA")
+
+
+def test_cuda_rows_read_their_minimum_driver_from_release_notes_table_3(real_matrix):
+    cited = [rel for rel in real_matrix.cuda if rel.source == "cuda-release-notes"]
+    assert cited
+    for rel in cited:
+        label = _table_3_label(rel.version)
+        assert f"CUDA {rel.label}" == label, (str(rel.version), rel.label)
+        assert label in RELEASE_NOTES_TABLE_3, f"{rel.version}: no {label!r} row in Table 3"
+        assert f">={rel.min_driver}" == RELEASE_NOTES_TABLE_3[label], str(rel.version)
+
+
+def test_every_table_3_release_from_11_8_is_catalogued(real_matrix):
+    catalogued = {_table_3_label(rel.version) for rel in real_matrix.cuda}
+    assert set(RELEASE_NOTES_TABLE_3) <= catalogued

@@ -64,7 +64,7 @@ def test_refresh_reproduces_the_committed_rows(tmp_path):
         return {(fw["id"], r["version"]): r["builds"] for fw in d["frameworks"] for r in fw["releases"]}
 
     new, old = rows(doc), rows(committed)
-    assert len(new) == len(rec)
+    assert len(new) == len([name for name in rec if "x86_64" in name])  # one release per x86_64 wheel
     for key, builds in new.items():
         for b in builds:
             match = next(o for o in old[key] if o["variant"] == b["variant"])

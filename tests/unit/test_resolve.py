@@ -6,6 +6,7 @@ from rules import violations
 from provision.errors import BadPin, InputError, NoCompatibleStack, UnknownId
 from provision.plan.model import PlanRequest
 from provision.plan.resolve import resolve
+from provision.versions import DottedVersion as Version
 
 OK = [
     # (os, gpu, pins, expected fields)
@@ -233,3 +234,97 @@ def test_every_choice_has_a_reason(fixture_matrix):
         "fabric-manager",
         "container-toolkit",
     } <= components
+
+
+# -- host architecture (issue 11, item 2): a GH200 plan is aarch64 end to end --------------------
+def test_gh200_plan_is_aarch64_end_to_end(real_matrix):
+    plan = resolve(real_matrix, PlanRequest(os="ubuntu22.04", gpu="gh200", framework="pytorch"))
+    assert (plan.os.arch, plan.os.repo_arch, plan.platform) == ("aarch64", "sbsa", "linux/arm64")
+    assert plan.driver.kernel_module == "open"
+    image = real_matrix.image(Version(plan.cuda.version))
+    assert "linux/arm64" in image.platforms  # only image sets published for arm64
+    release = real_matrix.framework("pytorch").release(Version(plan.framework.version))
+    build = next(b for b in release.builds if b.variant == plan.framework.variant)
+    assert "aarch64" in build.arches  # aarch64 CUDA wheels
+    assert plan.framework.requires_python == release.python_aarch64
+    assert "ubuntu2204/sbsa" in next(r.text for r in plan.reasons if r.component == "os")
+    assert violations(real_matrix, plan) == []
+
+
+def test_h100_plan_stays_x86_64_and_digests_as_before(real_matrix):
+    plan = resolve(real_matrix, PlanRequest(os="ubuntu22.04", gpu="h100-sxm", framework="pytorch"))
+    assert (plan.os.arch, plan.os.repo_arch, plan.platform) == ("x86_64", "x86_64", "linux/amd64")
+    doc = plan.to_dict()
+    assert doc["os"]["arch"] == "x86_64"
+    assert doc["platform"] == "linux/amd64"
+    # a lock written before plans had an architecture has none of these keys, and still verifies
+    for key in ("arch", "repo_arch"):
+        doc["os"].pop(key)
+    doc.pop("platform")
+    again = type(plan).from_dict(doc, origin="old lock")
+    assert again.os.arch == "x86_64"
+    assert again.platform == "linux/amd64"
+    assert again.digest() == plan.digest()
+
+
+def test_gh200_and_h100_plans_differ_only_where_the_host_does(real_matrix):
+    arm = resolve(real_matrix, PlanRequest(os="rocky9", gpu="gh200"))
+    x86 = resolve(real_matrix, PlanRequest(os="rocky9", gpu="h100-pcie"))
+    assert (arm.os.nvidia_repo, x86.os.nvidia_repo) == ("rhel9", "rhel9")
+    assert (arm.os.repo_arch, x86.os.repo_arch) == ("sbsa", "x86_64")
+    assert arm.digest() != x86.digest()
+    from provision.plan.model import Plan
+
+    assert Plan.from_dict(arm.to_dict()).to_dict() == arm.to_dict()  # the plan schema takes it
+
+
+def test_gh200_on_an_os_without_an_sbsa_directory_is_refused_with_a_hint(real_matrix):
+    with pytest.raises(NoCompatibleStack, match="gh200 needs an aarch64 host") as info:
+        resolve(real_matrix, PlanRequest(os="debian12", gpu="gh200"))
+    assert info.value.kinds == frozenset({"os-arch"})
+    assert "--os ubuntu22.04" in info.value.hint
+    assert info.value.exit_code == 2
+
+
+def test_gh200_refuses_frameworks_without_aarch64_cuda_wheels(real_matrix):
+    with pytest.raises(NoCompatibleStack) as info:
+        resolve(real_matrix, PlanRequest(os="ubuntu22.04", gpu="gh200", framework="pytorch==2.10.0"))
+    assert info.value.kinds == frozenset({"framework-arch"})
+    assert "no aarch64 CUDA wheels" in "\n".join(info.value.details)
+    assert "--framework pytorch==2.14.1" in info.value.hint  # the newest release that has them (and images)
+    with pytest.raises(NoCompatibleStack) as info:
+        resolve(real_matrix, PlanRequest(os="ubuntu22.04", gpu="gh200", framework="tensorflow"))
+    assert "framework-arch" in info.value.kinds
+
+
+def test_gh200_takes_open_modules_even_where_the_branch_defaults_to_proprietary(real_matrix):
+    plan = resolve(real_matrix, PlanRequest(os="ubuntu22.04", gpu="gh200", driver="535"))
+    assert plan.driver.kernel_module == "open"
+    text = next(r.text for r in plan.reasons if r.component == "kernel-module")
+    assert "gh200 needs them (R535 defaults to proprietary)" in text
+    x86 = resolve(real_matrix, PlanRequest(os="ubuntu22.04", gpu="h100-pcie", driver="535"))
+    assert x86.driver.kernel_module == "proprietary"
+
+
+def test_image_sets_without_arm64_are_eliminated_for_aarch64(real_matrix):
+    with pytest.raises(NoCompatibleStack) as info:
+        resolve(real_matrix, PlanRequest(os="ubuntu22.04", gpu="gh200", cuda="13.2"))
+    assert "image-platform" in info.value.kinds
+    assert "not linux/arm64" in "\n".join(info.value.details)
+
+
+def test_extravars_carry_the_host_architecture(real_matrix):
+    from provision.fleet.extravars import to_extravars
+
+    arm = to_extravars(resolve(real_matrix, PlanRequest(os="rhel9", gpu="gh200")))
+    x86 = to_extravars(resolve(real_matrix, PlanRequest(os="rhel9", gpu="h100-pcie")))
+    assert (arm["provision_arch"], arm["provision_nvidia_repo_arch"], arm["provision_deb_arch"]) == (
+        "aarch64",
+        "sbsa",
+        "arm64",
+    )
+    assert (x86["provision_arch"], x86["provision_nvidia_repo_arch"], x86["provision_deb_arch"]) == (
+        "x86_64",
+        "x86_64",
+        "amd64",
+    )

@@ -4,6 +4,7 @@ the fabric manager, the MIG layout."""
 from __future__ import annotations
 
 import re
+import shlex
 
 import pytest
 
@@ -102,6 +103,37 @@ def check_fabric_manager(facts, plan, evidence):
             f"fabric manager {match.group(1) if match else 'version unknown'}; it must equal the driver "
             f"({plan.fabric_manager.version})"
         )
+
+
+@check("subnet-manager", "the NVLink Subnet Manager is installed, held, loaded and running when planned")
+def check_subnet_manager(facts, plan, target, evidence):
+    sm = plan.subnet_manager
+    if sm is None:
+        pytest.skip("no NVLink Subnet Manager planned (not a fourth-generation NVSwitch host)")
+    if not target.hostvars.get("nvidia_driver_subnet_manager", True):
+        pytest.skip("nvidia_driver_subnet_manager is false for this host")
+    names = [*sm.packages, *sm.requires]
+    found = facts.installed(names)
+    for name in names:
+        evidence(f"{name} {found[name].raw or 'absent'}{' (held)' if found[name].held else ''}")
+    missing = [n for n in names if found[n].version is None]
+    if missing:
+        fail(f"{', '.join(missing)} not installed: {sm.service} cannot run the NVLink Subnet Manager")
+    loose = [n for n in sm.packages if not found[n].held]
+    if target.hostvars.get("nvidia_driver_hold", True) and loose:
+        fail(f"{', '.join(loose)} not held/versionlocked: an upgrade can replace it under Fabric Manager")
+    if not facts.container:
+        loaded = {line.split()[0] for line in (facts.read("/proc/modules") or "").splitlines() if line.strip()}
+        absent = [mod for mod in sm.kernel_modules if mod not in loaded]
+        state = "missing " + ", ".join(absent) if absent else "loaded"
+        evidence(f"kernel modules {', '.join(sm.kernel_modules)}: {state}")
+        if absent:
+            fail(f"kernel module {', '.join(absent)} not loaded: {sm.service} will not start without it (modprobe it)")
+    res = facts.run(f"pgrep -x {shlex.quote(sm.process)}")
+    evidence(f"pgrep -x {sm.process}: {' '.join(res.out.split()) or 'no process'}")
+    if res.rc != 0:
+        why = f"{sm.service} runs without the NVLink Subnet Manager (journalctl -u {sm.service})"
+        fail(f"no {sm.process} process: {why}")
 
 
 _LGI = re.compile(r"\|\s+(\d+)\s+MIG\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+):(\d+)\s+\|")
