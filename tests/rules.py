@@ -80,11 +80,12 @@ def violations(matrix: Matrix, plan: Plan) -> list[str]:  # noqa: PLR0915 - one 
         floor = next(f for f in matrix.minor_compat if f.cuda_major == cuda.version.release[0])
         if drv < floor.min_driver:
             out.append(f"driver {drv} below the CUDA {floor.cuda_major}.x minor-version floor")
-    image = next((i for i in matrix.images if i.cuda == cuda.version), None)
-    if image is None or os_rel.cuda_image_os not in image.os:
+    # every image set that carries the toolkit (12.9.2's images carry 12.9.1: images.yaml toolkit)
+    images = [i for i in matrix.images if i.carries == cuda.version and os_rel.cuda_image_os in i.os]
+    if not images:
         out.append(f"no nvidia/cuda {cuda.version} image for {os_rel.cuda_image_os}")
     elif plan.base_image not in {
-        f"{matrix.image_repository}:{image.tag(f, os_rel.cuda_image_os)}" for f in image.flavours
+        f"{matrix.image_repository}:{image.tag(f, os_rel.cuda_image_os)}" for image in images for f in image.flavours
     }:
         out.append(f"base image {plan.base_image} is not a published tag")
     if req.cuda and not plan.cuda.version.startswith(req.cuda):

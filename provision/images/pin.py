@@ -234,7 +234,7 @@ def end_of_life(matrix, plan: Plan, tag: str, today: dt.date | None = None) -> s
     today = today or dt.date.today()
     cuda = DottedVersion(plan.cuda.version)
     reasons = []
-    image = matrix.image(cuda)
+    image = matrix.image_of(cuda, plan.base_image) or matrix.image(cuda)  # 12.9.1's toolkit: the 12.9.2 tags
     if image is not None and image.past_eol(today):
         newer = f"superseded by {image.superseded_by}" if image.superseded_by else "moved to end of life"
         when = f", end of life {image.eol_date}" if image.eol_date else ""

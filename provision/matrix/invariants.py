@@ -243,6 +243,7 @@ def check_invariants(matrix: Matrix, raw: dict[str, Any]) -> list[Problem]:  # n
                     "duplicate",
                 )
 
+    cuda_versions = {c.version for c in matrix.cuda}
     if (bad := _newest_first([i.cuda for i in matrix.images])) is not None:
         add("images.yaml", f"releases[{bad}]", "releases must be listed newest first, without repeats", "order")
     for i, img in enumerate(matrix.images):
@@ -269,6 +270,24 @@ def check_invariants(matrix: Matrix, raw: dict[str, Any]) -> list[Problem]:  # n
                 "images.yaml",
                 f"releases[{i}]({img.cuda}).eol.superseded_by",
                 f"{newer} is not a listed newer update of CUDA {img.cuda.release[0]}.{img.cuda.release[1]}",
+                "dangling-id",
+            )
+        # an image set carries a cuda.yaml toolkit release: its own number's, or `toolkit`'s
+        toolkit = img.carries
+        if img.toolkit_source is None and toolkit not in cuda_versions:
+            add(
+                "images.yaml",
+                f"releases[{i}]({img.cuda})",
+                f"CUDA {img.cuda} is not a cuda.yaml toolkit release: name the one the images carry (toolkit)",
+                "dangling-id",
+            )
+        elif img.toolkit_source is not None and (
+            toolkit not in cuda_versions or toolkit.release[:2] != img.cuda.release[:2] or toolkit >= img.cuda
+        ):
+            add(
+                "images.yaml",
+                f"releases[{i}]({img.cuda}).toolkit.version",
+                f"{toolkit} is not an older cuda.yaml release of CUDA {img.cuda.release[0]}.{img.cuda.release[1]}",
                 "dangling-id",
             )
 

@@ -269,6 +269,14 @@ def _image_superseded_by(item: Item, key: str, file: str, at: str):
     return _v(file, f"{at}.eol.superseded_by", eol["superseded_by"]) if eol and eol["superseded_by"] else None
 
 
+def _image_toolkit(item: Item, key: str, file: str, at: str):
+    """The toolkit release an image set carries: `toolkit.version`, or absent: its own number."""
+    toolkit = item.get("toolkit")
+    if toolkit is None:
+        return _v(file, f"{at}.cuda", item["cuda"])
+    return _v(file, f"{at}.toolkit.version", toolkit["version"])
+
+
 # What each record is made of -----------------------------------------------------------------
 
 _OS_RELEASE = _record(
@@ -336,6 +344,9 @@ _IMAGE_RELEASE = _record(
         tuple(item["platforms"]["values"]) if item.get("platforms") else (m.PLATFORMS[m.DEFAULT_ARCH],)
     ),
     platforms_source=_in_nullable("platforms", "source", block_optional=True),
+    toolkit=_image_toolkit,
+    cublas=_in_nullable("toolkit", "cublas", block_optional=True),
+    toolkit_source=_in_nullable("toolkit", "source", block_optional=True),
 )
 _MIG_PROFILE = _record(m.MigProfile, placements=_tuple)
 _MIG_PROFILE_SET = _record(m.MigProfileSet, profiles=_rows_in(_MIG_PROFILE), sources=_tuple)

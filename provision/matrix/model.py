@@ -268,6 +268,16 @@ class ImageRelease(NamedTuple):
     eol_source: str | None = None  # None: a supported image set
     platforms: tuple[str, ...] = (PLATFORMS[DEFAULT_ARCH],)  # every tag's platforms (linux/arm64 where confirmed)
     platforms_source: str | None = None
+    # the cuda.yaml toolkit release the set installs: its own number (the loader fills it in) but
+    # for image sets numbered past the toolkit (12.9.2 carries 12.9.1 with a newer cuBLAS)
+    toolkit: Version | None = None
+    cublas: str | None = None  # the newer cuBLAS of such a set; None: the toolkit's own
+    toolkit_source: str | None = None  # None: a toolkit release's own image set
+
+    @property
+    def carries(self) -> Version:
+        """The toolkit release the set installs."""
+        return self.toolkit if self.toolkit is not None else self.cuda
 
     def flavours_for(self, os_suffix: str) -> tuple[str, ...]:
         """The flavours published for one OS suffix (12.5.1 has no cudnn tags on ubuntu24.04)."""
@@ -419,7 +429,18 @@ class Matrix(NamedTuple):
         return next((c for c in self.cudnn if c.covers(full_version)), None)
 
     def image(self, cuda: Version) -> ImageRelease | None:
+        """The image set numbered `cuda` (its tags' version), whatever toolkit it carries."""
         return next((i for i in self.images if i.cuda == cuda), None)
+
+    def images_for(self, toolkit: Version) -> tuple[ImageRelease, ...]:
+        """Every image set that carries a toolkit release, newest set first (file order): its own
+        and those numbered past it (images.yaml `toolkit`)."""
+        return tuple(i for i in self.images if i.carries == toolkit)
+
+    def image_of(self, toolkit: Version, ref: str) -> ImageRelease | None:
+        """The image set carrying `toolkit` that an image reference (repository:tag[@digest]) is a tag of."""
+        tag = ref.split("@", 1)[0].rpartition(":")[2]
+        return next((i for i in self.images_for(toolkit) if tag.startswith(f"{i.cuda}-")), None)
 
     def packaging_for(self, os_id: str, branch: int, module: str) -> DriverPackaging | None:
         return next((p for p in self.driver_packaging if p.covers(os_id, branch, module)), None)

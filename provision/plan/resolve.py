@@ -339,6 +339,13 @@ def parse_pins(matrix: m.Matrix, request: PlanRequest) -> Pins:
                 f"--cuda {request.cuda!r} is not a CUDA version", hint="use major.minor (12.4) or a release (12.4.1)"
             )
         if not any(prefix_matches(cuda, c.version) for c in matrix.cuda):
+            image = matrix.image(Version(cuda)) if cuda.count(".") == 2 else None
+            if image is not None and image.carries != image.cuda:
+                raise BadPin(
+                    f"CUDA {cuda} is an nvidia/cuda image set, not a toolkit release",
+                    hint=f"its images carry the CUDA {image.carries} toolkit: pin --cuda {image.carries} "
+                    f"(or {major_minor(image.cuda)}); plans then use the {cuda} tags",
+                )
             raise BadPin(
                 f"CUDA {cuda} is not in the catalogue",
                 hint="catalogued: "
@@ -438,9 +445,10 @@ def _memo_cudas(
     ctx: Context, build: m.FrameworkBuild | None, memo: dict
 ) -> Iterator[tuple[m.CudaRelease, m.ImageRelease]]:
     """_cuda_candidates(ctx, build), worked out once per request that differs only in the pins it
-    never reads (driver, policy, cuDNN, framework, MIG) and per build, then replayed lazily: each
-    elimination is made when the original generator would have made it."""
-    key = ("cudas", ctx.request._replace(driver=None, policy="lts", cudnn=None, framework=None, mig=None), build)
+    never reads (driver, policy, cuDNN, framework, MIG) and per what it reads of the build, then
+    replayed lazily: each elimination is made when the original generator would have made it."""
+    request = ctx.request._replace(driver=None, policy="lts", cudnn=None, framework=None, mig=None)
+    key = ("cudas", request, _cuda_build_key(build))
     events = memo.get(key)
     if events is None:
         recorder = _Recorder(ctx)
@@ -622,9 +630,11 @@ def _cuda_images(ctx: Context, build: m.FrameworkBuild | None) -> Iterator[tuple
         if not ctx.matrix.cuda_supports_cc(cuda.version, ctx.cc):
             ctx.drop(name, f"cannot build for sm_{ctx.cc.replace('.', '')} ({ctx.arch.name})", "cuda-sm")
             continue
-        image = ctx.matrix.image(cuda.version)
+        # every image set that carries the toolkit: its own, and those numbered past it (12.9.2
+        # carries 12.9.1 with a newer cuBLAS); _cuda_candidates puts sets past end of life last
         img_os = ctx.os.cuda_image_os
-        if image is None or flavour not in image.flavours_for(img_os):
+        images = [i for i in ctx.matrix.images_for(cuda.version) if flavour in i.flavours_for(img_os)]
+        if not images:
             published = [
                 str(i.cuda)
                 for i in ctx.matrix.images
@@ -634,20 +644,28 @@ def _cuda_images(ctx: Context, build: m.FrameworkBuild | None) -> Iterator[tuple
             ctx.drop(name, f"no nvidia/cuda {flavour} image for {img_os}{also}", "image")
             continue
         platform = m.PLATFORMS[ctx.host]
-        if platform not in image.platforms:
-            ctx.drop(
-                name,
-                f"its nvidia/cuda images are confirmed for {'/'.join(image.platforms)} only, not {platform}",
-                "image-platform",
-            )
-            continue
-        yield cuda, image
+        for image in images:
+            if platform not in image.platforms:
+                sets = f"nvidia/cuda {image.cuda} images" if image.cuda != cuda.version else "its nvidia/cuda images"
+                ctx.drop(
+                    name,
+                    f"{sets} are confirmed for {'/'.join(image.platforms)} only, not {platform}",
+                    "image-platform",
+                )
+                continue
+            yield cuda, image
     if build is not None and not any(major_minor(c.version) == build.cuda for c in ctx.matrix.cuda):
         ctx.drop(
             f"cuda {build.cuda}",
             f"not in the catalogue (oldest catalogued: {ctx.matrix.cuda[-1].version})",
             "cuda-uncatalogued",
         )
+
+
+def _cuda_build_key(build: m.FrameworkBuild | None) -> tuple | None:
+    """What _cuda_images reads of a build (its CUDA line and base image flavour): builds alike in
+    these share their CUDA candidates in a memo (_memo_cudas). Keep it in step with _cuda_images."""
+    return None if build is None else (build.cuda, _base_flavour(build))
 
 
 def _base_flavour(build: m.FrameworkBuild | None) -> str:
@@ -682,7 +700,7 @@ def _try(ctx: Context, cand: Candidate, *, allow_minor: bool) -> Plan | None:
         if cudnn_version is None:
             ctx.drop(
                 combo,
-                f"the cuDNN build in the nvidia/cuda {cuda.version} images is not catalogued, so --cudnn {ctx.pins.cudnn} cannot be checked",
+                f"the cuDNN build in the nvidia/cuda {image.cuda} images is not catalogued, so --cudnn {ctx.pins.cudnn} cannot be checked",
                 "cudnn-pin",
             )
             return None
@@ -924,6 +942,9 @@ def _image_part(ctx: Context, cand: Candidate) -> tuple[str, dict[str, str], Rea
         "cudnn-runtime": "cudnn-runtime flavour: the framework build uses the image's CUDA and cuDNN",
     }[flavour]
     note = f"; {os_rel.cuda_image_note}" if os_rel.cuda_image_note else ""
+    if image.cuda != cand.cuda.version:
+        cublas = f" with cuBLAS {image.cublas}" if image.cublas else ""
+        note += f"; nvidia/cuda {image.cuda} images (CUDA {image.carries} toolkit{cublas})"
     if image.past_eol(ctx.matrix.as_of):
         why = f"superseded by {image.superseded_by}" if image.superseded_by else f"end of life {image.eol_date}"
         note += (
@@ -934,7 +955,7 @@ def _image_part(ctx: Context, cand: Candidate) -> tuple[str, dict[str, str], Rea
 
 
 def _cudnn_part(cand: Candidate, cudnn: CudnnChoice) -> tuple[PlanCudnn | None, Reason]:
-    cuda = cand.cuda.version
+    cuda = cand.image.cuda  # the image set's number: 12.9.2 for the 12.9.1 toolkit's newest images
     if cudnn.version is not None:
         where = (
             "the framework build's pin" if cudnn.origin == "framework" else f"in the nvidia/cuda {cuda} cudnn images"

@@ -120,9 +120,9 @@ def test_matrix_check_is_clean_and_fast(real_matrix):
         ("rocky9", "a100-pcie", {}, {"fm": None}),
         ("ubuntu22.04", "h100-sxm", {}, {"fm": "nvidia-fabricmanager"}),
         ("rocky9", "b200", {}, {"module": "open"}),
-        # 12.9.1's images are superseded by 12.9.2 (cuda-images-2026), which cuda.yaml does not list yet:
-        # the newest supported image set for sm_70 is 12.6.3
-        ("ubuntu22.04", "v100", {}, {"branch": "580", "module": "proprietary", "cuda": "12.6.3"}),
+        # CUDA 13 does not build for sm_70; the 12.9.1 toolkit's supported images are the 12.9.2 set
+        # (images.yaml toolkit: 12.9.1 with a newer cuBLAS)
+        ("ubuntu22.04", "v100", {}, {"branch": "580", "module": "proprietary", "cuda": "12.9.1"}),
         ("rocky9", "a100-pcie", {"framework": "pytorch==2.5.1"}, {"cuda": "12.4.1", "cudnn": "9.1.0.70"}),
         ("ubuntu22.04", "h100-sxm", {"framework": "tensorflow==2.15.0"}, {"cuda": "12.2.2", "cudnn": "8.9.4.25"}),
         ("ubuntu22.04", "v100", {"framework": "pytorch==2.14.0"}, {"variant": "cu126"}),
@@ -188,7 +188,7 @@ def test_default_plans_avoid_end_of_life_images_when_a_supported_set_fits(real_m
             if any((x.os, x.gpu) == (os_rel.id, gpu.id) for x in real_matrix.exclusions) or not serves(os_rel, gpu):
                 continue
             plan = resolve(real_matrix, PlanRequest(os_rel.id, gpu.id), suggest=False)
-            image = real_matrix.image(Version(plan.cuda.version))
+            image = real_matrix.image_of(Version(plan.cuda.version), plan.base_image)  # 12.9.1: the 12.9.2 set
             if image.past_eol(real_matrix.as_of):
                 supported = [
                     i

@@ -243,3 +243,114 @@ def test_cuda_rows_read_their_minimum_driver_from_release_notes_table_3(real_mat
 def test_every_table_3_release_from_11_8_is_catalogued(real_matrix):
     catalogued = {_table_3_label(rel.version) for rel in real_matrix.cuda}
     assert set(RELEASE_NOTES_TABLE_3) <= catalogued
+
+
+# -- image sets numbered past their toolkit (images.yaml `toolkit`) ---------------------------
+IMAGES_2026 = COMPAT.parent / "tests" / "fixtures" / "refresh" / "cuda-images-2026" / "dist"
+TOOLKIT_ROWS = {"13.1.2": "13.1.1", "13.0.3": "13.0.2", "12.9.2": "12.9.1", "12.8.2": "12.8.1"}
+
+
+def _env(dockerfile: str, name: str) -> str:
+    """The one value of ``ENV name=`` in a Dockerfile (amd64 and arm64 stages agree), less its ``-1`` release."""
+    values = set(re.findall(rf"^ENV {name}=(\S+)$", dockerfile, re.M))
+    assert len(values) == 1, (name, values)
+    return values.pop().removesuffix("-1")
+
+
+def _runtime_dockerfile(cuda: str, eol: bool = False) -> str:
+    where = IMAGES_2026 / ("end-of-life" if eol else "") / cuda / "rockylinux9" / "runtime" / "Dockerfile"
+    text = where.read_text()
+    assert f"FROM ${{IMAGE_NAME}}:{cuda}-base-rockylinux9 AS base" in text
+    return text
+
+
+@pytest.mark.parametrize(("cuda", "toolkit"), sorted(TOOLKIT_ROWS.items()))
+def test_image_sets_past_their_toolkit_name_it_and_their_cublas(real_matrix, cuda, toolkit):
+    img = image(real_matrix, cuda)
+    assert str(img.carries) == toolkit
+    assert img.toolkit_source == "cuda-images-2026-toolkit"
+    assert img.toolkit_source in real_matrix.sources
+    # Table 3 lists the toolkit but no update numbered like the image set
+    assert _table_3_label(Version(toolkit)) in RELEASE_NOTES_TABLE_3
+    assert _table_3_label(Version(cuda)) not in RELEASE_NOTES_TABLE_3
+    assert Version(cuda) not in {c.version for c in real_matrix.cuda}
+    dockerfile = _runtime_dockerfile(cuda)
+    assert _env(dockerfile, "NV_CUDA_LIB_VERSION") == cuda  # the cuda-libraries meta package takes the set's number
+    assert img.cublas == _env(dockerfile, "NV_LIBCUBLAS_VERSION")
+    assert Version(img.cublas) > Version(cuda)  # a cuBLAS patch release, newer than the set's own number
+
+
+def test_12_9_2_carries_the_12_9_1_toolkit_but_its_cublas():
+    """The recorded runtime Dockerfiles of 12.9.2 and of the superseded 12.9.1: the same toolkit
+    components (nvtx, NPP, NCCL), a newer cuBLAS."""
+    new, old = _runtime_dockerfile("12.9.2"), _runtime_dockerfile("12.9.1", eol=True)
+    for component in ("NV_NVTX_VERSION", "NV_LIBNPP_VERSION", "NV_LIBNCCL_PACKAGE_VERSION"):
+        assert _env(new, component) == _env(old, component), component
+    assert (_env(old, "NV_LIBCUBLAS_VERSION"), _env(new, "NV_LIBCUBLAS_VERSION")) == ("12.9.1.4", "12.9.2.10")
+
+
+def test_every_image_set_carries_a_catalogued_toolkit(real_matrix):
+    toolkits = {c.version for c in real_matrix.cuda}
+    for img in real_matrix.images:
+        assert img.carries in toolkits, str(img.cuda)
+        assert (img.toolkit_source is None) == (img.carries == img.cuda), str(img.cuda)
+
+
+@pytest.mark.parametrize(
+    ("os_id", "gpu", "framework", "cuda", "tag"),
+    [
+        ("ubuntu22.04", "v100", None, "12.9.1", "nvidia/cuda:12.9.2-runtime-ubuntu22.04"),
+        ("rocky9", "v100", None, "12.9.1", "nvidia/cuda:12.9.2-runtime-rockylinux9"),
+        ("ubuntu22.04", "gh200", "pytorch", "13.0.2", "nvidia/cuda:13.0.3-base-ubuntu22.04"),
+        ("rocky9", "gh200", "pytorch", "13.0.2", "nvidia/cuda:13.0.3-base-rockylinux9"),
+    ],
+)
+def test_plans_keep_the_toolkit_and_use_the_newer_image_set(real_matrix, os_id, gpu, framework, cuda, tag):
+    plan = resolve(real_matrix, PlanRequest(os=os_id, gpu=gpu, framework=framework))
+    assert plan.cuda.version == cuda
+    assert plan.cuda.min_driver == str(next(c.min_driver for c in real_matrix.cuda if str(c.version) == cuda))
+    assert plan.base_image == tag
+    img = real_matrix.image_of(Version(cuda), tag)
+    assert not img.past_eol(real_matrix.as_of)
+    why = next(r.text for r in plan.reasons if r.component == "image")
+    assert f"nvidia/cuda {img.cuda} images (CUDA {cuda} toolkit with cuBLAS {img.cublas})" in why
+    assert "past NVIDIA's end of life" not in why
+
+
+def test_a_superseded_set_of_the_same_toolkit_is_still_a_candidate(real_matrix):
+    """With the newer set taken away, the toolkit's own (superseded) set is what remains: chosen,
+    and said to be past end of life."""
+    matrix = real_matrix._replace(images=tuple(i for i in real_matrix.images if str(i.cuda) != "12.9.2"))
+    plan = resolve(matrix, PlanRequest(os="ubuntu22.04", gpu="v100", cuda="12.9"))
+    assert (plan.cuda.version, plan.base_image) == ("12.9.1", "nvidia/cuda:12.9.1-runtime-ubuntu22.04")
+    assert "superseded by 12.9.2" in next(r.text for r in plan.reasons if r.component == "image")
+
+
+def test_pinning_the_image_number_is_refused_with_the_toolkit_to_pin(real_matrix):
+    from provision.errors import BadPin
+
+    with pytest.raises(BadPin) as info:
+        resolve(real_matrix, PlanRequest(os="ubuntu22.04", gpu="v100", cuda="12.9.2"))
+    assert "12.9.2 is an nvidia/cuda image set, not a toolkit release" in info.value.message
+    assert "--cuda 12.9.1" in info.value.hint
+    for pin in ("12.9", "12.9.1"):
+        plan = resolve(real_matrix, PlanRequest(os="ubuntu22.04", gpu="v100", cuda=pin))
+        assert plan.base_image == "nvidia/cuda:12.9.2-runtime-ubuntu22.04", pin
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "what"),
+    [
+        ('toolkit: {version: "12.9.1"', 'toolkit: {version: "12.8.1"', "not an older cuda.yaml release of CUDA 12.9"),
+        ('toolkit: {version: "12.9.1"', 'toolkit: {version: "12.9.3"', "not an older cuda.yaml release of CUDA 12.9"),
+        (
+            ', toolkit: {version: "12.9.1", cublas: "12.9.2.10", source: cuda-images-2026-toolkit}',
+            "",
+            "CUDA 12.9.2 is not a cuda.yaml toolkit release",
+        ),
+    ],
+)
+def test_image_toolkits_are_checked(tmp_path, old, new, what):
+    with pytest.raises(CompatDataError) as info:
+        load_matrix(broken_copy(tmp_path, "images.yaml", old, new))
+    assert what in str(info.value)

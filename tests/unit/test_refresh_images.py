@@ -13,6 +13,7 @@ from provision.matrix import refresh, refresh_images
 from provision.matrix.loader import load_matrix
 from provision.plan.model import PlanRequest
 from provision.plan.resolve import resolve
+from provision.versions import DottedVersion as Version
 
 COPY = Path(__file__).resolve().parent.parent / "fixtures" / "refresh" / "cuda-images"
 
@@ -206,3 +207,26 @@ def test_2026_rows_carry_the_cudnn_of_nvidias_rockylinux9_dockerfiles(cuda):
 def test_a_partial_copy_is_refused_by_from(capsys):
     assert refresh.main(["--source", "images", "--check", "--from", str(COPY_2026)]) == 1
     assert "supported-tags.md is missing" in capsys.readouterr().err
+
+
+def test_write_keeps_a_rows_toolkit(tmp_path):
+    """`toolkit` (the cuda.yaml release an image set carries) is not the images source's to own:
+    a row the write rewrites keeps it, in the file's one-line style, and the catalogue still loads."""
+    compat = tmp_path / "compat"
+    shutil.copytree(COMPAT, compat)
+    images = compat / "images.yaml"
+    toolkit = ', toolkit: {version: "12.9.0", cublas: "12.9.1.4", source: cuda-images-2026-toolkit}'
+    lines = [
+        ln.replace(", source: cuda-images}", f"{toolkit}, source: cuda-images}}") if '{cuda: "12.9.1"' in ln else ln
+        for ln in images.read_text().splitlines(keepends=True)
+    ]
+    assert any(toolkit in ln for ln in lines), "catalogue changed: no 12.9.1 row to mark"
+    images.write_text("".join(lines))
+    load_matrix(compat)
+    args = ["--compat-dir", str(compat), "--source", "images", "--from", str(moved_copy(tmp_path))]
+    assert refresh.main(args) == 0
+    row = next(ln for ln in images.read_text().splitlines() if '{cuda: "12.9.1"' in ln)
+    assert 'cudnn: {version: "9.10.3.1", marker: cudnn}' in row, "the row was rewritten"
+    assert toolkit in row
+    assert row.endswith(f", source: {refresh_images.recorded_key(COPY)}}}"), "the row cites the refresh's source"
+    assert str(load_matrix(compat).image_of(Version("12.9.0"), "nvidia/cuda:12.9.1-base-ubuntu22.04").cuda) == "12.9.1"

@@ -241,7 +241,7 @@ def test_gh200_plan_is_aarch64_end_to_end(real_matrix):
     plan = resolve(real_matrix, PlanRequest(os="ubuntu22.04", gpu="gh200", framework="pytorch"))
     assert (plan.os.arch, plan.os.repo_arch, plan.platform) == ("aarch64", "sbsa", "linux/arm64")
     assert plan.driver.kernel_module == "open"
-    image = real_matrix.image(Version(plan.cuda.version))
+    image = real_matrix.image_of(Version(plan.cuda.version), plan.base_image)
     assert "linux/arm64" in image.platforms  # only image sets published for arm64
     release = real_matrix.framework("pytorch").release(Version(plan.framework.version))
     build = next(b for b in release.builds if b.variant == plan.framework.variant)
