@@ -14,28 +14,40 @@ Package revisions ("-1", "-0ubuntu1") are kept apart from upstream versions.
 
 from __future__ import annotations
 
+import operator
 import re
-from functools import total_ordering
 
 _DOTTED = re.compile(r"^\d+(\.\d+)*$")
 _CLAUSE = re.compile(r"^\s*(==|!=|>=|<=|>|<)\s*(\d+(?:\.\d+)*)\s*$")
+_INTERNED: dict[str, DottedVersion] = {}  # text -> its version: each text is parsed once
 
 
-@total_ordering
 class DottedVersion:
-    """A dotted numeric version that compares numerically and prints as it was written."""
+    """A dotted numeric version that compares numerically and prints as it was written.
 
-    __slots__ = ("_key", "_text", "release")
+    Instances are immutable and interned by their text: the catalogue names the same versions
+    thousands of times over (`provision matrix check` resolves every request), so each text is
+    parsed once per process.
+    """
 
-    def __init__(self, text: str) -> None:
+    __slots__ = ("_key", "_major_minor", "_text", "release")
+
+    def __new__(cls, text: str) -> DottedVersion:
+        known = _INTERNED.get(text) if isinstance(text, str) else None
+        if known is not None:
+            return known
         if not isinstance(text, str) or not _DOTTED.match(text):
             raise ValueError(f"not a dotted numeric version: {text!r}")
+        self = object.__new__(cls)
         self._text = text
-        self.release: tuple[int, ...] = tuple(int(p) for p in text.split("."))
-        key = list(self.release)
+        self.release = release = tuple(int(p) for p in text.split("."))
+        key = list(release)
         while len(key) > 1 and key[-1] == 0:
             key.pop()
         self._key = tuple(key)
+        self._major_minor = f"{release[0]}.{release[1] if len(release) > 1 else 0}"
+        _INTERNED[text] = self
+        return self
 
     def __str__(self) -> str:
         return self._text
@@ -47,6 +59,8 @@ class DottedVersion:
         return hash(self._key)
 
     def __eq__(self, other: object) -> bool:
+        if other.__class__ is DottedVersion:  # the common case first: `matrix check` compares ~400,000 times
+            return self._key == other._key
         if not isinstance(other, DottedVersion):
             return NotImplemented
         return self._key == other._key
@@ -56,6 +70,21 @@ class DottedVersion:
             return NotImplemented
         return self._key < other._key
 
+    def __le__(self, other: DottedVersion) -> bool:
+        if not isinstance(other, DottedVersion):
+            return NotImplemented
+        return self._key <= other._key
+
+    def __gt__(self, other: DottedVersion) -> bool:
+        if not isinstance(other, DottedVersion):
+            return NotImplemented
+        return self._key > other._key
+
+    def __ge__(self, other: DottedVersion) -> bool:
+        if not isinstance(other, DottedVersion):
+            return NotImplemented
+        return self._key >= other._key
+
     def __reduce__(self):
         return (DottedVersion, (self._text,))
 
@@ -63,7 +92,7 @@ class DottedVersion:
 class VersionSpec:
     """Comma-separated version constraints, all of which must hold (">=12.0,<13")."""
 
-    __slots__ = ("_clauses", "_text")
+    __slots__ = ("_checks", "_clauses", "_text")
 
     def __init__(self, text: str) -> None:
         clauses = []
@@ -74,10 +103,14 @@ class VersionSpec:
             clauses.append((m[1], DottedVersion(m[2])))
         self._text = text
         self._clauses = tuple(clauses)
+        self._checks = tuple((_KEY_OPS[op], bound._key) for op, bound in clauses)
 
     def contains(self, version: DottedVersion | str) -> bool:
-        v = version if isinstance(version, DottedVersion) else DottedVersion(version)
-        return all(_OPS[op](v, bound) for op, bound in self._clauses)
+        key = (version if isinstance(version, DottedVersion) else DottedVersion(version))._key
+        for compare, bound in self._checks:  # noqa: SIM110 - a loop: `matrix check` asks ~100,000 times
+            if not compare(key, bound):
+                return False
+        return True
 
     def __contains__(self, version: DottedVersion | str) -> bool:
         return self.contains(version)
@@ -94,14 +127,18 @@ class VersionSpec:
     def __hash__(self) -> int:
         return hash(self._clauses)
 
+    def __reduce__(self):
+        return (VersionSpec, (self._text,))
 
-_OPS = {
-    "==": lambda a, b: a == b,
-    "!=": lambda a, b: a != b,
-    ">=": lambda a, b: a >= b,
-    "<=": lambda a, b: a <= b,
-    ">": lambda a, b: a > b,
-    "<": lambda a, b: a < b,
+
+# the comparisons of a clause, on the versions' keys (trailing zeros dropped), as DottedVersion compares
+_KEY_OPS = {
+    "==": operator.eq,
+    "!=": operator.ne,
+    ">=": operator.ge,
+    "<=": operator.le,
+    ">": operator.gt,
+    "<": operator.lt,
 }
 
 
@@ -119,13 +156,18 @@ def parse_specifier(text: str) -> VersionSpec:
 
 
 def major_minor(version: DottedVersion) -> str:
-    rel = (*version.release, 0)
-    return f"{rel[0]}.{rel[1]}"
+    """The major.minor text of a version: "12.4" for 12.4.1, "12.0" for 12 (computed once per version)."""
+    return version._major_minor
+
+
+_PREFIXES: dict[str, tuple[int, ...]] = {}
 
 
 def prefix_matches(prefix: str, version: DottedVersion) -> bool:
     """True when ``version`` starts with the dotted ``prefix`` ("12.4" matches 12.4.1)."""
-    parts = tuple(int(p) for p in prefix.split("."))
+    parts = _PREFIXES.get(prefix)
+    if parts is None:
+        parts = _PREFIXES[prefix] = tuple(int(p) for p in prefix.split("."))
     return version.release[: len(parts)] == parts
 
 

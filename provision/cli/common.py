@@ -1,10 +1,11 @@
 """What the command groups share: the catalogue (loaded once per command, from --compat-dir or
-the built-in data) and the plan options of render, build and verify."""
+the built-in data) and the plan options of render, build and verify.
+
+Importing it imports no click (`provision plan`'s fast path uses it); the functions that declare
+options or echo import click themselves."""
 
 import functools
 import os
-
-import click
 
 from provision.errors import InputError
 
@@ -24,6 +25,8 @@ def check_output(path: str | None, flag: str) -> None:
 
 
 def write_output(path: str, text: str, flag: str) -> None:
+    import click
+
     check_output(path, flag)
     try:
         with open(path, "w", encoding="utf-8") as handle:
@@ -35,15 +38,20 @@ def write_output(path: str, text: str, flag: str) -> None:
     click.echo(f"wrote {path}", err=True)
 
 
-def load_matrix(ctx: click.Context, compat_dir: str | None = None):
+def load_matrix(ctx, compat_dir: str | None = None):
     """The catalogue: this command's --compat-dir, else the global one, else the built-in data."""
+    return load_catalogue(compat_dir or (ctx.obj or {}).get("compat_dir"))
+
+
+def load_catalogue(compat_dir: str | None):
+    """The catalogue in compat_dir, else the built-in data (through the validated-data cache)."""
     from provision.matrix.cache import load_cached
     from provision.resources import compat_dir as find
 
-    return load_cached(find(compat_dir or (ctx.obj or {}).get("compat_dir")))
+    return load_cached(find(compat_dir))
 
 
-def matrix_loader(ctx: click.Context):
+def matrix_loader(ctx):
     """load_matrix() deferred, for commands that need the catalogue only for some inputs."""
     return lambda: load_matrix(ctx)
 
@@ -51,6 +59,8 @@ def matrix_loader(ctx: click.Context):
 def plan_source(f):
     """--plan FILE, or the plan flags of `provision plan`; the command receives them as one
     `plan_args` keyword (load_plan(ctx, **plan_args))."""
+    import click
+
     options = [
         click.option(
             "--plan", "plan_file", type=click.Path(dir_okay=False), help="Plan lock file (provision plan --lock)."
@@ -115,6 +125,8 @@ def default_variant(plan, variant):
 
 def host_pool_options(*, forks_help: str, timeout_help: str):
     """--forks and --host-timeout (provision/hostpool.py): how many hosts at once, and each one's deadline."""
+    import click
+
     from provision.hostpool import DEFAULT_FORKS, DEFAULT_HOST_TIMEOUT, MIN_HOST_TIMEOUT
 
     def add(func):

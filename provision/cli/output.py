@@ -9,6 +9,37 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 
+def echo(text: str, *, err: bool = False) -> None:
+    """click.echo(text, err=err), without importing click when it is not loaded yet.
+
+    Where click is loaded (every command but `provision plan`'s fast path) this is click.echo.
+    Otherwise it does what click.echo does with a str on a UTF-8 text stream (the only kind the
+    fast path accepts, see provision/cli/plan_run.py): add a newline, drop ANSI styles when the
+    stream is not a terminal, write, flush.
+    """
+    click = sys.modules.get("click")
+    if click is not None:
+        click.echo(text, err=err)
+        return
+    stream = sys.stderr if err else sys.stdout
+    if stream is None:
+        return
+    out = text + "\n"
+    if "\033" in out and not _isatty(stream):
+        import re
+
+        out = re.sub(r"\033\[[0-?]*[ -/]*[@-~]", "", out)  # click's _ansi_re
+    stream.write(out)
+    stream.flush()
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except Exception:
+        return False
+
+
 def dumps_json(doc: Any) -> str:
     return json.dumps(doc, indent=2) + "\n"
 

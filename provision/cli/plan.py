@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
 
 import click
 
-from provision.cli.common import check_output, load_matrix, resolve_or_refuse
-from provision.cli.output import dumps_json, dumps_yaml, markdown_table, print_table
+from provision.cli.common import load_matrix
+from provision.cli.output import dumps_json, markdown_table, print_table
+from provision.cli.plan_run import run_plan
 from provision.matrix.listing import TOPICS
-from provision.plan.model import PlanRequest
-
-if TYPE_CHECKING:
-    from provision.plan.model import Plan
 
 compat_option = click.option(
     "--compat-dir",
@@ -70,84 +66,22 @@ def plan_cmd(ctx, *, os_id, gpu, driver, cuda, cudnn, framework, policy, mig, fm
     summary of the candidates tried per rule (--explain: each candidate) and the pin changes
     that would work.
     """
-    from provision.plan.model import write_plan
-
-    check_output(lock, "--lock")
-    matrix = load_matrix(ctx, compat_dir)
-    request = PlanRequest(
-        os=os_id, gpu=gpu, driver=driver, cuda=cuda, cudnn=cudnn, framework=framework, policy=policy, mig=mig
+    # the body is run_plan() (provision/cli/plan_run.py), which `provision plan`'s fast path also
+    # runs: an option added here goes there too (and into plan_run._VALUES to take the fast path)
+    return run_plan(
+        os_id=os_id,
+        gpu=gpu,
+        driver=driver,
+        cuda=cuda,
+        cudnn=cudnn,
+        framework=framework,
+        policy=policy,
+        mig=mig,
+        fmt=fmt,
+        lock=lock,
+        explain=explain,
+        compat_dir=compat_dir or (ctx.obj or {}).get("compat_dir"),
     )
-    p = resolve_or_refuse(matrix, request, explain=explain)
-    if lock is not None:
-        write_plan(p, lock)
-    if fmt == "json":
-        sys.stdout.write(dumps_json(p.to_dict()))
-    elif fmt == "yaml":
-        sys.stdout.write(dumps_yaml(p.to_dict()))
-    elif fmt == "ansible":
-        from provision.fleet.extravars import dump_unsafe_yaml, to_extravars
-
-        sys.stdout.write(dumps_yaml_unsafe_note() + dump_unsafe_yaml(to_extravars(p)))
-    else:
-        print_table(("component", "choice"), plan_rows(p), title=f"Plan: {p.gpu.id} on {p.os.id}")
-        for line in plan_legend(p):
-            click.echo(line)
-        click.echo("\nwhy:")
-        for r in p.reasons:
-            click.echo(f"  [{r.component}] {r.text}")
-    if lock:
-        click.echo(f"wrote {lock}", err=True)
-    return 0
-
-
-def dumps_yaml_unsafe_note() -> str:
-    return "# provision plan: variables for ansible-playbook -e @FILE; !unsafe: Ansible never templates them\n"
-
-
-def plan_rows(p: Plan) -> list[tuple[str, str]]:
-    """(component, choice) rows of the human summary."""
-    rows = [
-        ("os", f"{p.os.name} ({p.os.id}, {p.os.pkg_manager}, repo {p.os.nvidia_repo})"),
-        ("gpu", f"{p.gpu.name} ({p.gpu.id}, sm_{p.gpu.compute_capability.replace('.', '')}, {p.gpu.architecture})"),
-        (
-            "driver",
-            f"R{p.driver.branch} {p.driver.version} ({p.driver.branch_type}), {p.driver.kernel_module} kernel modules",
-        ),
-        (
-            "packages",
-            ", ".join(f"{pkg.name} {pkg.version}" for pkg in p.driver.packages)
-            + (f" [stream {p.driver.module_stream}]" if p.driver.module_stream else ""),
-        ),
-        (
-            "cuda",
-            f"{p.cuda.version} ({p.cuda.label})"
-            + (" via minor-version compatibility" if p.cuda.compatibility == "minor-version" else ""),
-        ),
-        ("cudnn", f"{p.cudnn.version} (from the {p.cudnn.origin})" if p.cudnn else "-"),
-        (
-            "framework",
-            f"{p.framework.requirement} [{p.framework.variant}]"
-            + (f" from {p.framework.index_url}" if p.framework.index_url else "")
-            if p.framework
-            else "-",
-        ),
-        (
-            "fabric manager",
-            f"{p.fabric_manager.package} {p.fabric_manager.version}" if p.fabric_manager else "not needed",
-        ),
-        ("container toolkit", p.container_toolkit.version),
-        ("base image", p.base_image),
-        ("driver floor", p.driver_floor),
-        ("digest", p.digest()),
-    ]
-    return rows
-
-
-def plan_legend(p: Plan) -> list[str]:
-    """What the plan table's abbreviations mean (only those it shows)."""
-    from provision.plan.resolve import BRANCH_TYPES
-
-    return [f"({p.driver.branch_type}) = {BRANCH_TYPES.get(p.driver.branch_type, p.driver.branch_type)}"]
 
 
 def listing_legend(topic: str, headers, rows, records) -> list[str]:
@@ -224,15 +158,30 @@ def check_cmd(ctx, *, fmt, compat_dir):
     Resolves each (os, gpu), (os, gpu, cuda) and (os, gpu, framework version) request, prints
     how many resolve and the refusals by rule. Exit 1 when an invariant is broken (dangling
     id, unsorted versions, missing minimum driver or source) or an (os, gpu) pair neither
-    resolves nor is declared in unsupported.yaml.
+    resolves nor is declared in unsupported.yaml. Data files that passed their schema checks
+    byte for byte before come from the validated-data cache (PROVISION_NO_CACHE=1: checked anew).
     """
+    import gc
+
+    from provision.matrix.cache import cached_raw, store_raw
     from provision.matrix.loader import build, read_raw
     from provision.plan.check import check
     from provision.resources import compat_dir as find
 
     directory = find(compat_dir or (ctx.obj or {}).get("compat_dir"))
-    raw = read_raw(directory)
-    result = check(build(raw), raw)
+    # documents that passed the schema checks byte for byte before (the validated-data cache), else read and checked now
+    raw = cached_raw(directory)
+    fresh = raw is None
+    if fresh:
+        raw = read_raw(directory)
+    matrix = build(raw)
+    gc.freeze()  # the catalogue and the documents outlive the check: collections need not scan them (~10%)
+    try:
+        result = check(matrix, raw)
+    finally:
+        gc.unfreeze()
+    if fresh and not result.problems:
+        store_raw(directory, raw)
     doc = {
         "ok": result.ok,
         "seconds": round(result.seconds, 3),

@@ -31,8 +31,42 @@ def _read(path: str) -> bytes:
 
 def load_cached(compat: str | os.PathLike[str]) -> Matrix:
     compat = os.fspath(compat)
-    if os.environ.get("PROVISION_NO_CACHE"):
-        return load_checked(compat)[0]
+    entry = None if os.environ.get("PROVISION_NO_CACHE") else _entry(compat)
+    if entry is None:
+        return load_checked(compat)[0]  # also reports an unreadable file with its name
+    path, contents = entry
+    try:
+        raw = json.loads(_read(path))
+        matrix = build(raw)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        matrix, raw = load_checked(compat)
+        _store(path, raw)
+        return matrix
+    return attach_hashes(matrix, contents)
+
+
+def cached_raw(compat: str | os.PathLike[str]) -> dict | None:
+    """The documents of compat/ as cached after they passed the schema and invariant checks,
+    when its data and schema files are byte for byte those; None otherwise (or PROVISION_NO_CACHE)."""
+    entry = None if os.environ.get("PROVISION_NO_CACHE") else _entry(os.fspath(compat))
+    if entry is None:
+        return None
+    try:
+        raw = json.loads(_read(entry[0]))
+    except (OSError, ValueError):
+        return None
+    return raw if isinstance(raw, dict) else None
+
+
+def store_raw(compat: str | os.PathLike[str], raw: dict) -> None:
+    """Cache documents that passed the schema and invariant checks (provision matrix check)."""
+    entry = None if os.environ.get("PROVISION_NO_CACHE") else _entry(os.fspath(compat))
+    if entry is not None:
+        _store(entry[0], raw)
+
+
+def _entry(compat: str) -> tuple[str, dict[str, bytes]] | None:
+    """(cache file, data file bytes) for compat/; None when a data or schema file cannot be read."""
     contents: dict[str, bytes] = {}
     digest = hashlib.sha256(__version__.encode())
     try:
@@ -44,16 +78,8 @@ def load_cached(compat: str | os.PathLike[str]) -> Matrix:
         for schema in sorted(f for f in os.listdir(schemas) if f.endswith(".json")):
             digest.update(schema.encode() + b"\0" + _read(os.path.join(schemas, schema)) + b"\0")
     except OSError:
-        return load_checked(compat)[0]  # reports the unreadable file with its name
-    path = os.path.join(cache_dir(), f"matrix-{digest.hexdigest()[:32]}.json")
-    try:
-        raw = json.loads(_read(path))
-        matrix = build(raw)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        matrix, raw = load_checked(compat)
-        _store(path, raw)
-        return matrix
-    return attach_hashes(matrix, contents)
+        return None
+    return os.path.join(cache_dir(), f"matrix-{digest.hexdigest()[:32]}.json"), contents
 
 
 def _store(path: str, raw: dict) -> None:

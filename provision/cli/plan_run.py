@@ -1,0 +1,213 @@
+"""`provision plan` without click: its body, and the fast path that runs it for plain arguments.
+
+Start-up is most of what `provision plan --os OS --gpu GPU` costs, and importing click was a
+quarter of it. So provision.cli.main hands a plain `provision [--debug] [--compat-dir DIR] plan
+--os OS --gpu GPU [--option VALUE]...` straight to run_plan(), and everything else (help, a bad or
+repeated option, a value that looks like an option, a path click's checks refuse) to click, whose
+plan command (provision/cli/plan.py) runs the same run_plan(). tests/unit/test_cli_startup.py
+holds the two paths to identical output, errors and exit codes.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from provision.plan.model import Plan
+
+# plan_cmd's options (provision/cli/plan.py) -> run_plan's keywords; an option missing here, or
+# one added there, only sends its argument lists through click
+_VALUES = {
+    "--os": "os_id",
+    "--gpu": "gpu",
+    "--driver": "driver",
+    "--cuda": "cuda",
+    "--cudnn": "cudnn",
+    "--framework": "framework",
+    "--policy": "policy",
+    "--mig": "mig",
+    "--format": "fmt",
+    "--lock": "lock",
+    "--compat-dir": "compat_dir",
+}
+_FLAGS = {"--explain": "explain"}
+_CHOICES = {"policy": ("lts", "latest"), "fmt": ("table", "json", "yaml", "ansible")}
+_DEFAULTS = {
+    "driver": None,
+    "cuda": None,
+    "cudnn": None,
+    "framework": None,
+    "policy": "lts",
+    "mig": None,
+    "fmt": "table",
+    "lock": None,
+    "explain": False,
+    "compat_dir": None,
+}
+
+
+def fast_plan_args(args: list[str]) -> dict[str, object] | None:
+    """run_plan()'s keywords for a plain `provision plan` argument list; None: let click parse it."""
+    if not (_plain_text(sys.stdout) and _plain_text(sys.stderr)):
+        return None  # click.echo would re-wrap the stream; run_plan's output must be click's
+    given: dict[str, str | None] = {}  # the group's options
+    i = 0
+    while i < len(args) and args[i] != "plan":
+        if args[i] == "--debug" and "debug" not in given:
+            given["debug"] = None
+            i += 1
+        elif args[i] == "--compat-dir" and "compat_dir" not in given and _is_value(args, i + 1):
+            given["compat_dir"] = args[i + 1]
+            i += 2
+        else:
+            return None
+    kwargs: dict[str, object] = {}
+    i += 1
+    while i < len(args):
+        flag = _FLAGS.get(args[i])
+        key = _VALUES.get(args[i])
+        if flag is not None and flag not in kwargs:
+            kwargs[flag] = True
+            i += 1
+        elif key is not None and key not in kwargs and _is_value(args, i + 1):
+            if key in _CHOICES and args[i + 1] not in _CHOICES[key]:
+                return None
+            kwargs[key] = args[i + 1]
+            i += 2
+        else:
+            return None
+    if "os_id" not in kwargs or "gpu" not in kwargs:
+        return None
+    # the group's --compat-dir, else PROVISION_COMPAT_DIR (click ignores it when empty)
+    group_dir = given["compat_dir"] if "compat_dir" in given else (os.environ.get("PROVISION_COMPAT_DIR") or None)
+    if not (_path_ok(group_dir, directory=True) and _path_ok(kwargs.get("compat_dir"), directory=True)):
+        return None
+    if not _path_ok(kwargs.get("lock"), directory=False):
+        return None
+    kwargs = {**_DEFAULTS, **kwargs}
+    kwargs["compat_dir"] = kwargs["compat_dir"] or group_dir
+    return kwargs
+
+
+def _is_value(args: list[str], i: int) -> bool:
+    return i < len(args) and not args[i].startswith("-")
+
+
+def _plain_text(stream) -> bool:
+    """A text stream click.echo writes to as it is: UTF-8 with an error handler, not a notebook's."""
+    encoding = getattr(stream, "encoding", None)
+    return (
+        isinstance(encoding, str)
+        and encoding.lower().replace("-", "").replace("_", "") == "utf8"
+        and getattr(stream, "errors", None) is not None
+        and not type(stream).__module__.startswith("ipykernel.")
+    )
+
+
+def _path_ok(path: str | None, *, directory: bool) -> bool:
+    """What click.Path lets through: --compat-dir (file_okay=False) and --lock (dir_okay=False,
+    writable=True), both readable when they exist; a path that does not exist passes."""
+    if path is None:
+        return True
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return True
+    if stat.S_ISREG(mode) if directory else stat.S_ISDIR(mode):
+        return False
+    return os.access(path, os.R_OK) and (directory or os.access(path, os.W_OK))
+
+
+def run_plan(*, os_id, gpu, driver, cuda, cudnn, framework, policy, mig, fmt, lock, explain, compat_dir) -> int:
+    """`provision plan`: resolve, then print the plan (and write the lock file)."""
+    from provision.cli.common import check_output, load_catalogue, resolve_or_refuse
+    from provision.cli.output import dumps_json, dumps_yaml, echo, print_table
+    from provision.plan.model import PlanRequest, write_plan
+
+    check_output(lock, "--lock")
+    matrix = load_catalogue(compat_dir)
+    request = PlanRequest(
+        os=os_id, gpu=gpu, driver=driver, cuda=cuda, cudnn=cudnn, framework=framework, policy=policy, mig=mig
+    )
+    p = resolve_or_refuse(matrix, request, explain=explain)
+    if lock is not None:
+        write_plan(p, lock)
+    if fmt == "json":
+        sys.stdout.write(dumps_json(p.to_dict()))
+    elif fmt == "yaml":
+        sys.stdout.write(dumps_yaml(p.to_dict()))
+    elif fmt == "ansible":
+        from provision.fleet.extravars import dump_unsafe_yaml, to_extravars
+
+        sys.stdout.write(dumps_yaml_unsafe_note() + dump_unsafe_yaml(to_extravars(p)))
+    else:
+        print_table(("component", "choice"), plan_rows(p), title=f"Plan: {p.gpu.id} on {p.os.id}")
+        for line in plan_legend(p):
+            echo(line)
+        echo("\nwhy:")
+        for r in p.reasons:
+            echo(f"  [{r.component}] {r.text}")
+    if lock:
+        echo(f"wrote {lock}", err=True)
+    return 0
+
+
+def dumps_yaml_unsafe_note() -> str:
+    return "# provision plan: variables for ansible-playbook -e @FILE; !unsafe: Ansible never templates them\n"
+
+
+def plan_rows(p: Plan) -> list[tuple[str, str]]:
+    """(component, choice) rows of the human summary."""
+    other_arch = p.os.arch != "x86_64"  # x86_64 plans read as they always did
+    repo = f"{p.os.nvidia_repo}/{p.os.repo_arch}" if other_arch else p.os.nvidia_repo
+    rows = [
+        ("os", f"{p.os.name} ({p.os.id}, {p.os.pkg_manager}, repo {repo})"),
+        *([("host", f"{p.os.arch} (images for {p.platform}, {p.os.arch} wheels)")] if other_arch else []),
+        ("gpu", f"{p.gpu.name} ({p.gpu.id}, sm_{p.gpu.compute_capability.replace('.', '')}, {p.gpu.architecture})"),
+        (
+            "driver",
+            f"R{p.driver.branch} {p.driver.version} ({p.driver.branch_type}), {p.driver.kernel_module} kernel modules",
+        ),
+        (
+            "packages",
+            ", ".join(f"{pkg.name} {pkg.version}" for pkg in p.driver.packages)
+            + (f" [stream {p.driver.module_stream}]" if p.driver.module_stream else ""),
+        ),
+        (
+            "cuda",
+            f"{p.cuda.version} ({p.cuda.label})"
+            + (" via minor-version compatibility" if p.cuda.compatibility == "minor-version" else ""),
+        ),
+        ("cudnn", f"{p.cudnn.version} (from the {p.cudnn.origin})" if p.cudnn else "-"),
+        (
+            "framework",
+            f"{p.framework.requirement} [{p.framework.variant}]"
+            + (f" from {p.framework.index_url}" if p.framework.index_url else "")
+            if p.framework
+            else "-",
+        ),
+        (
+            "fabric manager",
+            f"{p.fabric_manager.package} {p.fabric_manager.version}" if p.fabric_manager else "not needed",
+        ),
+        *(
+            [("subnet manager", f"{', '.join(p.subnet_manager.packages)} (run by {p.subnet_manager.service})")]
+            if p.subnet_manager
+            else []
+        ),
+        ("container toolkit", p.container_toolkit.version),
+        ("base image", p.base_image + (f" ({p.platform})" if other_arch else "")),
+        ("driver floor", p.driver_floor),
+        ("digest", p.digest()),
+    ]
+    return rows
+
+
+def plan_legend(p: Plan) -> list[str]:
+    """What the plan table's abbreviations mean (only those it shows)."""
+    from provision.plan.resolve import BRANCH_TYPES
+
+    return [f"({p.driver.branch_type}) = {BRANCH_TYPES.get(p.driver.branch_type, p.driver.branch_type)}"]
