@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import email.parser
+import http.client
 import io
 import json
 import re
@@ -47,6 +48,8 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from provision.errors import CompatDataError, InputError, ProvisionError, ToolingError
+
 PYPI_SIMPLE = "https://pypi.org/simple"
 PYTHON_TAGS = ("cp311", "cp312", "cp310", "cp313", "cp39", "cp38")
 TIMEOUT = 60
@@ -54,8 +57,14 @@ TIMEOUT = 60
 Fetch = Callable[[str, dict[str, str]], bytes]
 
 
-class RefreshError(Exception):
-    pass
+class RefreshError(InputError):
+    """What a package index serves cannot be read into frameworks.yaml rows (exit 2)."""
+
+
+class RefreshDataError(RefreshError):
+    """framework_variants.yaml, the frameworks source's input, is unreadable or breaks its schema."""
+
+    exit_code = 3
 
 
 def http_fetch(url: str, headers: dict[str, str]) -> bytes:
@@ -250,8 +259,7 @@ def variant_of(cuda: str) -> str:
 # -- the refresh -----------------------------------------------------------------------------
 def refresh(compat: str | Path, fetch: Fetch = http_fetch, ranged=http_range, log=print) -> dict[str, Any]:
     compat = Path(compat)
-    spec = yaml.safe_load((compat / "framework_variants.yaml").read_text())
-    _validate_input(compat, spec)
+    spec = _read_variants(compat)
     frameworks = []
     for fw in spec["frameworks"]:
         package = fw["package"]
@@ -432,16 +440,33 @@ def _arch_source(doc: dict[str, Any], line: dict[str, Any] | None) -> str | None
     return line["source"] if line else None
 
 
+def _read_variants(compat: Path) -> Any:
+    """compat/framework_variants.yaml, schema-checked (RefreshDataError, exit 3, when broken)."""
+    try:
+        spec = yaml.safe_load((compat / "framework_variants.yaml").read_bytes())
+    except (OSError, yaml.YAMLError) as exc:
+        raise RefreshDataError(f"framework_variants.yaml: cannot read ({_first_line(exc)})") from None
+    _validate_input(compat, spec)
+    return spec
+
+
 def _validate_input(compat: str | Path, spec: Any) -> None:
     compat = Path(compat)
     import jsonschema
 
-    schema = json.loads((compat / "schema" / "framework_variants.schema.json").read_text())
+    try:
+        schema = json.loads((compat / "schema" / "framework_variants.schema.json").read_bytes())
+    except (OSError, ValueError) as exc:
+        raise RefreshDataError(f"schema/framework_variants.schema.json: cannot read ({_first_line(exc)})") from None
     try:
         jsonschema.validate(spec, schema)
     except jsonschema.ValidationError as exc:
         path = ".".join(map(str, exc.absolute_path))
-        raise RefreshError(f"framework_variants.yaml: {path}: {exc.message}") from None
+        raise RefreshDataError(f"framework_variants.yaml: {path}: {exc.message}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    return (getattr(exc, "strerror", None) or str(exc) or type(exc).__name__).splitlines()[0]
 
 
 def dump(doc: dict[str, Any]) -> str:
@@ -490,19 +515,86 @@ _QuotedDumper.add_representer(
 
 
 SOURCES = ("frameworks", "images", "container-toolkit")
+# what reading an upstream over the network raises when it cannot be reached (exit 4)
+_UNREACHABLE = (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException)
+
+
+def _unreachable(source: str, exc: BaseException) -> ToolingError:
+    return ToolingError(
+        f"{source}: upstream unreachable ({getattr(exc, 'reason', None) or _first_line(exc)})",
+        hint="check the network, or read a recorded copy with --from",
+    )
+
+
+def _catalogue(compat: Path) -> dict[str, Any]:
+    """The raw documents of compat/ after the loader's schema and invariant checks
+    (CompatDataError, exit 3, when it does not load): a refresh starts from a catalogue that loads."""
+    from provision.matrix.loader import load_checked
+
+    return load_checked(compat)[1]
+
+
+def _check_key(raw: dict[str, Any], key: str, where: str) -> None:
+    if key not in raw["sources"]["sources"]:
+        raise InputError(
+            f"{where} {key}: not a key of compat/sources.yaml",
+            hint="add the source to compat/sources.yaml, or name one with --source-key",
+        )
+
+
+def replace_checked(compat: Path, name: str, text: str) -> None:
+    """Replace compat/<name> with ``text`` only if the whole catalogue, with it, loads and passes
+    its invariants (checked in a temporary copy of compat/); the file is swapped atomically.
+    Otherwise CompatDataError (exit 3) and the file is left as it was."""
+    import os
+    import shutil
+    import stat
+    import tempfile
+
+    from provision.matrix.loader import load_checked
+
+    target = compat / name
+    with tempfile.TemporaryDirectory(prefix="provision-refresh-") as tmp:
+        trial = Path(tmp) / "compat"
+        shutil.copytree(compat, trial)
+        (trial / name).write_text(text, encoding="utf-8")
+        try:
+            load_checked(trial)
+        except CompatDataError as exc:
+            raise CompatDataError(
+                name,
+                "",
+                f"not written: with the refreshed rows the catalogue would not load: {exc.message}",
+                hint="the upstream change needs a hand edit (compat/README.md); compat/ is unchanged",
+            ) from None
+    fd, staged = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=compat)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(staged, stat.S_IMODE(os.stat(target).st_mode))
+        os.replace(staged, target)
+    except OSError as exc:
+        Path(staged).unlink(missing_ok=True)
+        raise InputError(f"cannot write {target}: {exc.strerror or exc}", hint="make compat/ writable") from None
 
 
 def _frameworks(compat: Path, args: argparse.Namespace, out, err) -> int:
     try:
         doc = refresh(compat, log=lambda m: print(m, file=err))
-    except (RefreshError, urllib.error.URLError, OSError) as exc:
-        print(f"error: frameworks: {exc}", file=err)
-        return 1
+    except _UNREACHABLE as exc:
+        raise _unreachable("frameworks", exc) from None
+    except (ValueError, zlib.error, struct.error) as exc:  # an index page or a wheel that does not parse
+        raise RefreshError(f"frameworks: unreadable index page or wheel metadata ({_first_line(exc)})") from None
     target = compat / "frameworks.yaml"
     if args.check:
         import difflib
 
-        old = yaml.safe_load(target.read_text())
+        try:
+            old = yaml.safe_load(target.read_bytes())
+        except (OSError, yaml.YAMLError) as exc:
+            raise CompatDataError("frameworks.yaml", "", f"cannot read ({_first_line(exc)})") from None
+        if not isinstance(old, dict):
+            raise CompatDataError("frameworks.yaml", "", "not a mapping")
         old.pop("generated", None)
         new = dict(doc)
         new.pop("generated", None)
@@ -512,7 +604,10 @@ def _frameworks(compat: Path, args: argparse.Namespace, out, err) -> int:
             print("compat/frameworks.yaml is out of date: run python -m provision.matrix.refresh", file=err)
             return 1
         return 0
-    target.write_text(dump(doc))
+    try:
+        target.write_text(dump(doc))
+    except OSError as exc:
+        raise InputError(f"cannot write {target}: {exc.strerror or exc}", hint="make compat/ writable") from None
     print(f"wrote {target}", file=err)
     return 0
 
@@ -520,6 +615,7 @@ def _frameworks(compat: Path, args: argparse.Namespace, out, err) -> int:
 def _images(compat: Path, args: argparse.Namespace, out, err) -> int:
     from provision.matrix import refresh_images as ri
 
+    raw = _catalogue(compat)
     if args.recorded is not None:
         get, owned = ri.recorded_get(args.recorded), ri.recorded_key(args.recorded)
     else:
@@ -532,41 +628,49 @@ def _images(compat: Path, args: argparse.Namespace, out, err) -> int:
                 print("compat/images.yaml differs from NVIDIA's container-images repository", file=err)
                 return 1
             return 0
-        key = args.source_key or (owned if args.recorded is not None else None)
-        if key is None:
-            print("error: images: name the compat/sources.yaml key of what you read (--source-key)", file=err)
-            return 2
-        changed, notes = ri.write(compat, get, owned, key)
-    except (ri.ImagesRefreshError, urllib.error.URLError, OSError) as exc:
-        print(f"error: images: {exc}", file=err)
-        return 1
+        if args.source_key is None and args.recorded is None:
+            raise InputError(
+                "images: name the compat/sources.yaml key of what you read",
+                hint="pass --source-key KEY (a key of compat/sources.yaml)",
+            )
+        key = args.source_key or owned
+        _check_key(raw, key, "--source-key" if args.source_key else f"{args.recorded / 'SOURCE.txt'}: key")
+        text, notes = ri.write(compat, get, owned, key)
+    except _UNREACHABLE as exc:
+        raise _unreachable("images", exc) from None
+    if text is not None:
+        replace_checked(compat, "images.yaml", text)
     for note in notes:
         print(f"  {note}", file=err)
-    print(f"{'wrote' if changed else 'unchanged:'} {compat / 'images.yaml'}", file=err)
+    print(f"{'wrote' if text is not None else 'unchanged:'} {compat / 'images.yaml'}", file=err)
     return 0
 
 
 def _toolkit(compat: Path, args: argparse.Namespace, out, err) -> int:
     from provision.matrix import refresh_toolkit as rt
 
-    try:
-        listing = rt.recorded_listing(args.recorded) if args.recorded is not None else rt.live_listing()
-        if args.check:
-            diff = rt.check(compat, listing)
-            if diff:
-                out.writelines(diff)
-                print("compat/container_toolkit.yaml differs from the toolkit's release tags", file=err)
-                return 1
-            return 0
-        changed = rt.write(compat, listing, args.source_key or "nvidia-container-toolkit")
-    except (rt.ToolkitRefreshError, OSError) as exc:
-        print(f"error: container-toolkit: {exc}", file=err)
-        return 1
-    print(f"{'wrote' if changed else 'unchanged:'} {compat / 'container_toolkit.yaml'}", file=err)
+    raw = _catalogue(compat)
+    listing = rt.recorded_listing(args.recorded) if args.recorded is not None else rt.live_listing()
+    if args.check:
+        diff = rt.check(compat, listing)
+        if diff:
+            out.writelines(diff)
+            print("compat/container_toolkit.yaml differs from the toolkit's release tags", file=err)
+            return 1
+        return 0
+    key = args.source_key or "nvidia-container-toolkit"
+    _check_key(raw, key, "--source-key" if args.source_key else "source key")
+    text = rt.write(compat, listing, key)
+    if text is not None:
+        replace_checked(compat, "container_toolkit.yaml", text)
+    print(f"{'wrote' if text is not None else 'unchanged:'} {compat / 'container_toolkit.yaml'}", file=err)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Exit 0 done (or no drift), 1 ``--check`` found drift, 2 bad input (arguments, a recorded
+    copy, what upstream serves), 3 a broken catalogue, 4 upstream unreachable. Every error is one
+    ``error: … (hint: …)`` line on stderr."""
     parser = argparse.ArgumentParser(prog="python -m provision.matrix.refresh", description=__doc__.split("\n\n")[0])
     parser.add_argument("--compat-dir", default=None, help="compat/ directory (default: the project's)")
     parser.add_argument(
@@ -596,25 +700,65 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="compat/sources.yaml key that changed rows cite (images from the network: required)",
     )
+    parser.epilog = (
+        "exit status: 0 done, 1 --check found drift, 2 bad input (arguments, a recorded copy, what "
+        "upstream serves), 3 a broken catalogue (nothing written), 4 upstream unreachable"
+    )
     args = parser.parse_args(argv)
+    try:
+        return _run(args)
+    except ProvisionError as exc:
+        return _report(exc)
+
+
+def _report(exc: ProvisionError) -> int:
+    """One ``error: … (hint: …)`` line on stderr; the error's exit code."""
+    hint = f" (hint: {exc.hint})" if exc.hint else ""
+    print(" ".join(f"error: {exc.message}{hint}".split()), file=sys.stderr)
+    return exc.exit_code
+
+
+def _run(args: argparse.Namespace) -> int:
     from provision.resources import compat_dir
 
     compat = Path(compat_dir(args.compat_dir))
     sources = SOURCES if args.source == "all" else (args.source,)
     if args.recorded is not None:
         if len(sources) != 1 or sources[0] == "frameworks":
-            parser.error("--from reads one recorded copy: use it with --source images or --source container-toolkit")
+            raise InputError(
+                "--from reads one recorded copy",
+                hint="use it with --source images or --source container-toolkit",
+            )
         if not (args.recorded / "SOURCE.txt").is_file():
-            parser.error(f"--from {args.recorded}: not a recorded copy (no SOURCE.txt)")
+            raise InputError(
+                f"--from {args.recorded}: not a recorded copy (no SOURCE.txt)",
+                hint="point --from at a directory like tests/fixtures/refresh/<source>",
+            )
     if args.source_key is not None:
-        known = yaml.safe_load((compat / "sources.yaml").read_text())["sources"]
-        if args.source_key not in known:
-            parser.error(f"--source-key {args.source_key}: not a key of compat/sources.yaml")
+        _check_key(_sources(compat), args.source_key, "--source-key")
     run = {"frameworks": _frameworks, "images": _images, "container-toolkit": _toolkit}
     worst = 0
     for name in sources:
-        worst = max(worst, run[name](compat, args, sys.stdout, sys.stderr))
+        try:
+            code = run[name](compat, args, sys.stdout, sys.stderr)
+        except ProvisionError as exc:
+            if len(sources) == 1:
+                raise
+            code = _report(exc)  # --source all: report it and go on with the next source
+        worst = max(worst, code)
     return worst
+
+
+def _sources(compat: Path) -> dict[str, Any]:
+    """{"sources": compat/sources.yaml} as the loader reads and schema-checks it (exit 3 if broken)."""
+    from provision.matrix.loader import _read_bytes, _validate
+
+    try:
+        doc = yaml.load(_read_bytes(str(compat / "sources.yaml")), Loader=yaml.SafeLoader)
+    except (OSError, yaml.YAMLError) as exc:
+        raise CompatDataError("sources.yaml", "", f"cannot read ({_first_line(exc)})") from None
+    _validate(compat, "sources", doc)
+    return {"sources": doc}
 
 
 if __name__ == "__main__":

@@ -7,6 +7,10 @@ these the source rebuilds, for every release of a CUDA line the catalogue knows 
 fields of its images.yaml row: ``os`` (the OS suffixes os.yaml plans for), ``flavours``, ``cudnn``
 (version, marker and the OSes with cudnn tags) and whether it is end of life.
 
+A new image set whose number is not a cuda.yaml release (a cuBLAS rebuild such as 12.9.2) also
+gets ``toolkit`` (toolkit_of): its runtime Dockerfile's ``NV_LIBCUBLAS_VERSION``, and the older
+release of its line whose image set installs the same ``NV_CUDA_CUDART_VERSION``.
+
 Which rows it owns: every release upstream lists, and every catalogue row that cites one of
 ``owned_keys`` (a recorded copy: its own source key; the live repository: every ``cuda-images*``
 key). A row from another source that upstream does not list (a newer release than a recorded
@@ -17,7 +21,9 @@ elsewhere (NVIDIA's doc can lag its own dist/ tree).
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import urllib.error
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -25,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from provision.errors import CompatDataError, InputError
 
 UPSTREAM = "https://gitlab.com/nvidia/container-images/cuda/-/raw/master/"
 LIVE_KEYS = "cuda-images*"
@@ -39,8 +47,54 @@ _TAG = re.compile(
 _CUDNN = re.compile(r"^ENV NV_CUDNN_VERSION[= ]\s*(?P<v>\d+(?:\.\d+)+)(?:-\S+)?\s*$", re.M)
 
 
-class ImagesRefreshError(Exception):
-    pass
+class ImagesRefreshError(InputError):
+    """What NVIDIA's repository (or a recorded copy of it) says cannot be read into rows (exit 2)."""
+
+    def __init__(self, message: str, *, hint: str | None = None):
+        super().__init__(
+            f"images: {message}",
+            hint=hint or "check the recorded copy (--from) or the upstream repository; compat/ is unchanged",
+        )
+
+
+MAX_RECORDED_BYTES = 8 * 1024 * 1024  # a recorded file larger than this is not one of NVIDIA's docs
+
+
+def read_recorded(root: Path, path: str, error: type[InputError]) -> str | None:
+    """The UTF-8 text of ``path`` inside the recorded copy ``root``; None when it is absent.
+    Refused (``error``): a path that is or passes through a symlink, resolves outside ``root``,
+    is not a regular file, is over MAX_RECORDED_BYTES, or is not UTF-8."""
+    if not _SAFE.match(path) or ".." in path.split("/"):
+        raise error(f"unsafe path {path!r}")
+    base = root.resolve()
+    where = base
+    for part in path.split("/"):
+        where = where / part
+        try:
+            info = os.lstat(where)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise error(f"{where}: cannot read ({exc.strerror or exc})") from None
+        if stat.S_ISLNK(info.st_mode):
+            raise error(f"{where}: a symlink (a recorded copy holds plain files only)")
+    if not where.resolve().is_relative_to(base):
+        raise error(f"{where}: outside the recorded copy {base}")
+    if not stat.S_ISREG(info.st_mode):
+        raise error(f"{where}: not a regular file")
+    if info.st_size > MAX_RECORDED_BYTES:
+        raise error(f"{where}: {info.st_size} bytes, over the {MAX_RECORDED_BYTES}-byte cap for a recorded file")
+    try:
+        with open(where, "rb") as handle:
+            data = handle.read(MAX_RECORDED_BYTES + 1)
+    except OSError as exc:
+        raise error(f"{where}: cannot read ({exc.strerror or exc})") from None
+    if len(data) > MAX_RECORDED_BYTES:
+        raise error(f"{where}: over the {MAX_RECORDED_BYTES}-byte cap for a recorded file")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(f"{where}: not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start})") from None
 
 
 @dataclass
@@ -113,6 +167,8 @@ def upstream_rows(
     if supported_text is None:
         raise ImagesRefreshError("doc/supported-tags.md is missing")
     supported = parse_tags(supported_text)
+    if not supported:
+        raise ImagesRefreshError("doc/supported-tags.md lists no nvidia/cuda tags (an empty or truncated copy?)")
     ended = parse_tags(get("doc/unsupported-tags.md") or "")
     rows: dict[str, dict[str, Any]] = {}
     for eol, listing in ((True, ended), (False, supported)):  # supported wins over a stale EOL entry
@@ -215,11 +271,17 @@ def check(compat: Path, get: Get, owned_keys: str | set[str]) -> list[str]:
 def live_get(fetch: Callable[[str, dict[str, str]], bytes]) -> Get:
     def get(path: str) -> str | None:
         try:
-            return fetch(UPSTREAM + path, {}).decode("utf-8")
+            body = fetch(UPSTREAM + path, {})
         except urllib.error.HTTPError as exc:
             if exc.code == 404:
                 return None
             raise
+        if len(body) > MAX_RECORDED_BYTES:
+            raise ImagesRefreshError(f"{UPSTREAM}{path}: over the {MAX_RECORDED_BYTES}-byte cap")
+        try:
+            return body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ImagesRefreshError(f"{UPSTREAM}{path}: not UTF-8 (byte offset {exc.start})") from None
 
     return get
 
@@ -228,24 +290,19 @@ _SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*$"
 
 
 def recorded_get(root: Path) -> Get:
-    """Documents from a recorded copy laid out as the repository (paths validated, no ``..``)."""
-    root = root.resolve()
-
-    def get(path: str) -> str | None:
-        if not _SAFE.match(path) or ".." in path.split("/"):
-            raise ImagesRefreshError(f"unsafe path {path!r}")
-        p = root / path
-        return p.read_text() if p.is_file() else None
-
-    return get
+    """Documents from a recorded copy laid out as the repository (read_recorded: paths validated,
+    no ``..``, no symlinks, size-capped, UTF-8)."""
+    return lambda path: read_recorded(root, path, ImagesRefreshError)
 
 
-def recorded_key(root: Path) -> str:
+def recorded_key(root: Path, error: type[InputError] = ImagesRefreshError) -> str:
     """The compat/sources.yaml key a recorded copy is (``key:`` line of its SOURCE.txt)."""
-    text = (root / "SOURCE.txt").read_text()
+    text = read_recorded(root, "SOURCE.txt", error)
+    if text is None:
+        raise error(f"{root}: not a recorded copy (no SOURCE.txt)", hint="point --from at a recorded copy")
     m = re.search(r"^key:\s*([a-z0-9][a-z0-9.-]*)\s*$", text, re.M)
     if not m:
-        raise ImagesRefreshError(f"{root / 'SOURCE.txt'}: no 'key:' line")
+        raise error(f"{root / 'SOURCE.txt'}: no 'key:' line", hint="add the copy's compat/sources.yaml key to it")
     return m.group(1)
 
 
@@ -271,16 +328,80 @@ def format_row(row: dict[str, Any]) -> str:
     return "  - " + format_value(row) + "\n"
 
 
-def write(compat: Path, get: Get, owned_keys: str | set[str], key: str) -> tuple[bool, list[str]]:
+_ENV = r"^ENV {name}[= ]\s*(?P<v>\d+(?:\.\d+)+)(?:-\d+)?\s*$"
+
+
+def dockerfile_env(dockerfile: str, name: str, where: str) -> str | None:
+    """The one value of ``ENV name=`` (or ``ENV name value``) in a Dockerfile, less its package
+    release (``-1``); the amd64 and arm64 stages must agree. None when it is not set."""
+    found = {m["v"] for m in re.finditer(_ENV.format(name=name), dockerfile, re.M)}
+    if len(found) > 1:
+        raise ImagesRefreshError(f"{where}: different {name} values {sorted(found)}")
+    return found.pop() if found else None
+
+
+def _cudart(get: Get, cuda: str, os_suffix: str, eol: bool) -> tuple[str, str] | None:
+    """(cudart version, the file it came from) of an image set on one OS: NV_CUDA_CUDART_VERSION of
+    its runtime Dockerfile, else of its base Dockerfile (where NVIDIA sets it); None when the copy
+    holds neither file. ``eol``: look under dist/end-of-life first (then dist/), else the other way."""
+    bases = [f"dist/end-of-life/{cuda}", f"dist/{cuda}"]
+    for base in bases if eol else bases[::-1]:
+        for flavour in ("runtime", "base"):
+            path = f"{base}/{os_dir(os_suffix)}/{flavour}/Dockerfile"
+            text = get(path)
+            if text is not None and (found := dockerfile_env(text, "NV_CUDA_CUDART_VERSION", path)) is not None:
+                return found, path
+    return None
+
+
+def toolkit_of(get: Get, up: dict[str, Any], releases: list[str], ended: set[str], key: str) -> dict[str, Any]:
+    """images.yaml ``toolkit`` of an image set whose number is not a cuda.yaml release (a cuBLAS
+    patch rebuild such as 12.9.2): cuBLAS from NV_LIBCUBLAS_VERSION of its runtime Dockerfile, and
+    the older cuda.yaml release of the same line whose image set installs the same cudart
+    (NV_CUDA_CUDART_VERSION). ``ended``: the releases whose Dockerfiles are under dist/end-of-life.
+    Refused when the copy does not hold what that takes."""
+    cuda = up["cuda"]
+    by_hand = f"add its toolkit row by hand: CUDA {cuda} is not a cuda.yaml toolkit release"
+    hint = "add `toolkit: {version, cublas, source}` to its images.yaml row (compat/images.yaml header)"
+    older = sorted((r for r in releases if _mm(r) == _mm(cuda) and _key(r) < _key(cuda)), key=_key, reverse=True)
+    for os_suffix in up["os"]:
+        path = f"{'dist/end-of-life' if up['eol'] else 'dist'}/{cuda}/{os_dir(os_suffix)}/runtime/Dockerfile"
+        runtime = get(path)
+        mine = _cudart(get, cuda, os_suffix, up["eol"])
+        if runtime is None or mine is None:
+            continue
+        cublas = dockerfile_env(runtime, "NV_LIBCUBLAS_VERSION", path)
+        if cublas is None:
+            raise ImagesRefreshError(f"{by_hand} and {path} sets no NV_LIBCUBLAS_VERSION", hint=hint)
+        for release in older:
+            theirs = _cudart(get, release, os_suffix, release in ended)
+            if theirs is not None and theirs[0] == mine[0]:
+                return {"version": release, "cublas": cublas, "source": key}
+        raise ImagesRefreshError(
+            f"{by_hand}, and no older {_mm(cuda)} release's image set in the copy carries its cudart {mine[0]} "
+            f"({mine[1]})",
+            hint=hint,
+        )
+    raise ImagesRefreshError(
+        f"{by_hand}, and the copy holds no dist/{cuda}/<os>/runtime/Dockerfile with NV_LIBCUBLAS_VERSION "
+        f"and NV_CUDA_CUDART_VERSION (runtime or base) to read its toolkit from",
+        hint=hint,
+    )
+
+
+def write(compat: Path, get: Get, owned_keys: str | set[str], key: str) -> tuple[str | None, list[str]]:
     """Bring the owned images.yaml rows to what upstream says: changed and new rows cite ``key``
     (a compat/sources.yaml key); a row newly listed end of life gets ``eol`` (undated, superseded
-    by the newest update of its line). Rows upstream no longer lists are reported, not deleted.
-    Returns (changed, notes)."""
+    by the newest update of its line); a new image set whose number is not a cuda.yaml release
+    gets ``toolkit`` (toolkit_of). Rows upstream no longer lists are reported, not deleted.
+    Returns (the new images.yaml text, None when nothing changed; notes). Writes nothing: the
+    caller checks the whole catalogue with the new text before replacing the file."""
     path = compat / "images.yaml"
-    text = path.read_text()
+    text = path.read_text(encoding="utf-8")
     images = yaml.safe_load(text)
     oses = list(dict.fromkeys(o["cuda_image_os"] for o in yaml.safe_load((compat / "os.yaml").read_text())["os"]))
-    lines_known = {_mm(r["version"]) for r in yaml.safe_load((compat / "cuda.yaml").read_text())["releases"]}
+    releases = [r["version"] for r in yaml.safe_load((compat / "cuda.yaml").read_text())["releases"]]
+    lines_known = {_mm(r) for r in releases}
     committed = catalogue_rows(images)
     upstream = upstream_rows(get, oses, lines_known, set(committed))
     old, new = compare(upstream, committed, owned_keys)
@@ -304,13 +425,25 @@ def write(compat: Path, get: Get, owned_keys: str | set[str], key: str) -> tuple
         # the fields this source owns are replaced; others (platforms, ...) are kept in place
         row: dict[str, Any] = {"cuda": cuda, "os": up["os"], "flavours": up["flavours"], "cudnn": up["cudnn"]}
         row.update({k: v for k, v in existing.items() if k not in (*row, "eol", "source")})
+        if "toolkit" not in row and cuda not in releases:
+            ended = {c for c, up_row in upstream.items() if up_row["eol"]}
+            ended |= {c for c, (mine_row, _) in committed.items() if mine_row["eol"]}
+            row["toolkit"] = toolkit_of(get, up, releases, ended, key)
         if eol is not None:
             row["eol"] = eol
         row.update({k: v for k, v in existing.items() if k not in (*row, "source")})
         row["source"] = key
         replaced[cuda] = row
     if not replaced:
-        return False, notes
+        return None, notes
+    for cuda in sorted(replaced, key=_key, reverse=True):
+        notes.append(f"CUDA {cuda}: {'updated' if cuda in by_cuda else 'added'} (source {key})")
+    return _splice(text, replaced, by_cuda), notes
+
+
+def _splice(text: str, replaced: dict[str, dict[str, Any]], by_cuda: dict[str, Any]) -> str:
+    """images.yaml ``text`` with the ``replaced`` rows rewritten in place and new ones inserted
+    newest first among the one-line rows."""
     out: list[str] = []
     pending = sorted((c for c in replaced if c not in by_cuda), key=_key, reverse=True)
     after_last_row = None
@@ -324,9 +457,8 @@ def write(compat: Path, get: Get, owned_keys: str | set[str], key: str) -> tuple
             after_last_row = len(out)
     if pending:  # older than every row: after the last one
         if after_last_row is None:
-            raise ImagesRefreshError(f"{path}: no release rows to place CUDA {', '.join(pending)} among")
+            raise CompatDataError(
+                "images.yaml", "releases", f"no one-line rows to place CUDA {', '.join(pending)} among"
+            )
         out[after_last_row:after_last_row] = [format_row(replaced[c]) for c in pending]
-    path.write_text("".join(out))
-    for cuda in sorted(replaced, key=_key, reverse=True):
-        notes.append(f"CUDA {cuda}: {'updated' if cuda in by_cuda else 'added'} (source {key})")
-    return True, notes
+    return "".join(out)

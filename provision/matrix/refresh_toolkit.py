@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from provision.errors import CompatDataError, InputError, ToolingError
+
 UPSTREAM = "https://github.com/NVIDIA/nvidia-container-toolkit"
 LISTING = ["for-each-ref", "refs/tags", "--sort=-creatordate", "--format=%(refname:short) %(creatordate:short)"]
 GIT_TIMEOUT = 300
@@ -24,8 +26,14 @@ GIT_TIMEOUT = 300
 _LINE = re.compile(r"^v(?P<v>\d+\.\d+\.\d+)\s+(?P<date>\d{4}-\d{2}-\d{2})$")
 
 
-class ToolkitRefreshError(Exception):
-    pass
+class ToolkitRefreshError(InputError):
+    """The toolkit's tag listing (or a recorded copy of it) cannot be read into rows (exit 2)."""
+
+    def __init__(self, message: str, *, hint: str | None = None):
+        super().__init__(
+            f"container-toolkit: {message}",
+            hint=hint or "check the recorded copy (--from) or the upstream repository; compat/ is unchanged",
+        )
 
 
 def _key(version: str) -> tuple[int, ...]:
@@ -60,12 +68,23 @@ def live_listing() -> str:
             )
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
             detail = getattr(exc, "stderr", None) or exc
-            raise ToolkitRefreshError(f"git clone {UPSTREAM}: {str(detail).strip()[:200]}") from None
+            raise ToolingError(
+                f"container-toolkit: git clone {UPSTREAM}: {str(detail).strip()[:200]}",
+                hint="check git and the network, or read a recorded copy with --from",
+            ) from None
         return out.stdout
 
 
 def recorded_listing(root: Path) -> str:
-    return (root / "tags.txt").read_text()
+    """tags.txt of a recorded copy (read_recorded: no symlinks, size-capped, UTF-8); refused when
+    absent or when it lists no final release."""
+    from provision.matrix.refresh_images import read_recorded
+
+    text = read_recorded(root, "tags.txt", ToolkitRefreshError)
+    if text is None:
+        raise ToolkitRefreshError(f"{root}: no tags.txt", hint="point --from at a recorded container-toolkit copy")
+    parse_tags(text)
+    return text
 
 
 def rows(listing: str, floor: str) -> list[dict[str, str]]:
@@ -93,20 +112,24 @@ def check(compat: Path, listing: str) -> list[str]:
     return list(difflib.unified_diff(render(mine), render(theirs), "compat/container_toolkit.yaml", "upstream"))
 
 
-def write(compat: Path, listing: str, key: str) -> bool:
-    """Rewrite the ``releases:`` rows; rows that did not change keep their line (and source)."""
+def write(compat: Path, listing: str, key: str) -> str | None:
+    """The file with its ``releases:`` rows rewritten (rows that did not change keep their line and
+    source), or None when nothing changed. Writes nothing: the caller checks the catalogue first."""
     path = compat / "container_toolkit.yaml"
-    text = path.read_text()
+    text = path.read_text(encoding="utf-8")
     doc = yaml.safe_load(text)
     mine = committed(doc)
     floor = min((r["version"] for r in mine), key=_key)
     theirs = rows(listing, floor)
     if theirs == mine:
-        return False
+        return None
     head, sep, tail = text.partition("\nreleases:\n")
     if not sep:
-        raise ToolkitRefreshError(f"{path}: no 'releases:' block")
-    old_lines = {r["version"]: line for r, line in zip(doc["releases"], _row_lines(tail), strict=True)}
+        raise CompatDataError("container_toolkit.yaml", "releases", "no 'releases:' block the refresh can rewrite")
+    row_lines = _row_lines(tail)
+    if len(row_lines) != len(doc["releases"]):
+        raise CompatDataError("container_toolkit.yaml", "releases", "the block's lines and its rows do not pair up")
+    old_lines = {r["version"]: line for r, line in zip(doc["releases"], row_lines, strict=True)}
     kept = {r["version"]: r for r in doc["releases"]}
     out = []
     for r in theirs:
@@ -115,8 +138,7 @@ def write(compat: Path, listing: str, key: str) -> bool:
             out.append(old_lines[r["version"]])
         else:
             out.append(f'  - {{version: "{r["version"]}", date: "{r["date"]}", source: {key}}}\n')
-    path.write_text(head + sep + "".join(out))
-    return True
+    return head + sep + "".join(out)
 
 
 def _row_lines(block: str) -> list[str]:
@@ -124,5 +146,5 @@ def _row_lines(block: str) -> list[str]:
     refused rather than dropped."""
     lines = block.splitlines()
     if any(not ln.startswith("  - {") for ln in lines if ln.strip()):
-        raise ToolkitRefreshError("container_toolkit.yaml: the releases block holds more than one-line rows")
+        raise CompatDataError("container_toolkit.yaml", "releases", "the block holds more than one-line rows")
     return [ln + "\n" for ln in lines if ln.strip()]

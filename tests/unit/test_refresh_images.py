@@ -9,6 +9,7 @@ import pytest
 import yaml
 from support import COMPAT
 
+from provision.errors import CompatDataError
 from provision.matrix import refresh, refresh_images
 from provision.matrix.loader import load_matrix
 from provision.plan.model import PlanRequest
@@ -62,7 +63,7 @@ def test_recorded_copy_round_trips_into_the_committed_rows():
     lines = {
         ".".join(r["version"].split(".")[:2]) for r in yaml.safe_load((COMPAT / "cuda.yaml").read_text())["releases"]
     }
-    oses = ["ubuntu22.04", "ubuntu24.04", "rockylinux9", "ubi9"]
+    oses = list(dict.fromkeys(o["cuda_image_os"] for o in yaml.safe_load((COMPAT / "os.yaml").read_text())["os"]))
     upstream = refresh_images.upstream_rows(get, oses, lines, set(committed))
     old, new = refresh_images.compare(upstream, committed, refresh_images.recorded_key(COPY))
     owned = "13.1.0 13.0.2 13.0.1 13.0.0 12.9.1 12.8.1 12.6.3 12.5.1 12.4.1 12.3.2 12.2.2 12.1.1 12.0.1 11.8.0"
@@ -104,19 +105,19 @@ def test_check_exits_1_with_a_diff_when_upstream_moved(tmp_path, capsys):
     assert '-{cuda: "12.9.1"' in out
     assert 'cudnn: {version: "9.10.3.1", marker: cudnn}' in out
     assert '+{cuda: "12.6.3"' in out
-    assert "os: [ubuntu22.04, ubuntu24.04, ubi9]}" in out
+    assert "os: [ubuntu22.04, ubuntu24.04, ubi9, rockylinux8, ubi8]}" in out, "rockylinux9 left cudnn.os"
 
 
 def test_write_brings_the_rows_to_upstream_and_keeps_the_catalogue_valid(tmp_path, capsys):
     compat = tmp_path / "compat"
     shutil.copytree(COMPAT, compat)
     images = compat / "images.yaml"
+    original = {r["cuda"]: r for r in yaml.safe_load((COMPAT / "images.yaml").read_text())["releases"]}
     # a catalogue that missed 13.1.0 and had 12.4.1 only on Ubuntu
     lines = [ln for ln in images.read_text().splitlines(keepends=True) if '{cuda: "13.1.0"' not in ln]
-    lines = [
-        ln.replace("os: [ubuntu22.04, rockylinux9, ubi9]", "os: [ubuntu22.04]") if '"12.4.1"' in ln else ln
-        for ln in lines
-    ]
+    listed = "os: [" + ", ".join(original["12.4.1"]["os"]) + "]"
+    lines = [ln.replace(listed, "os: [ubuntu22.04]") if '"12.4.1"' in ln else ln for ln in lines]
+    assert sum("os: [ubuntu22.04]," in ln for ln in lines) == 1
     images.write_text("".join(lines))
     args = ["--compat-dir", str(compat), "--source", "images", "--from"]
     assert refresh.main([*args, str(COPY), "--check"]) == 1
@@ -125,10 +126,9 @@ def test_write_brings_the_rows_to_upstream_and_keeps_the_catalogue_valid(tmp_pat
     rows = {r["cuda"]: r for r in yaml.safe_load(images.read_text())["releases"]}
     assert rows["13.1.0"]["source"] == "cuda-images-2512"
     assert rows["13.1.0"]["cudnn"] is None
-    assert rows["12.4.1"]["os"] == ["ubuntu22.04", "rockylinux9", "ubi9"]
+    assert rows["12.4.1"]["os"] == original["12.4.1"]["os"]
     assert rows["12.9.1"]["cudnn"]["version"] == "9.10.3.1"
     assert rows["12.9.1"]["eol"]["superseded_by"] == "12.9.2", "an existing eol is kept"
-    original = {r["cuda"]: r for r in yaml.safe_load((COMPAT / "images.yaml").read_text())["releases"]}
     assert {k: v for k, v in rows["12.9.1"].items() if k not in ("cudnn", "source")} == {
         k: v for k, v in original["12.9.1"].items() if k not in ("cudnn", "source")
     }, "fields the source does not own (platforms, ...) are kept"
@@ -146,10 +146,11 @@ def test_unsafe_paths_are_refused(tmp_path):
 
 
 def test_from_needs_a_recorded_copy(tmp_path, capsys):
-    with pytest.raises(SystemExit) as exc:
-        refresh.main(["--source", "images", "--check", "--from", str(tmp_path)])
-    assert exc.value.code == 2
-    assert "not a recorded copy" in capsys.readouterr().err
+    assert refresh.main(["--source", "images", "--check", "--from", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ")
+    assert err.count("\n") == 1
+    assert "not a recorded copy" in err
 
 
 def test_rocky9_has_the_supported_13x_updates_and_a_13_2_plan_resolves():
@@ -205,8 +206,12 @@ def test_2026_rows_carry_the_cudnn_of_nvidias_rockylinux9_dockerfiles(cuda):
 
 
 def test_a_partial_copy_is_refused_by_from(capsys):
-    assert refresh.main(["--source", "images", "--check", "--from", str(COPY_2026)]) == 1
-    assert "supported-tags.md is missing" in capsys.readouterr().err
+    """A broken recorded copy is bad input (exit 2); exit 1 means only that --check found drift."""
+    assert refresh.main(["--source", "images", "--check", "--from", str(COPY_2026)]) == 2
+    err = capsys.readouterr().err
+    assert "supported-tags.md is missing" in err
+    assert err.count("\n") == 1
+    assert "(hint: " in err
 
 
 def test_write_keeps_a_rows_toolkit(tmp_path):
@@ -217,7 +222,7 @@ def test_write_keeps_a_rows_toolkit(tmp_path):
     images = compat / "images.yaml"
     toolkit = ', toolkit: {version: "12.9.0", cublas: "12.9.1.4", source: cuda-images-2026-toolkit}'
     lines = [
-        ln.replace(", source: cuda-images}", f"{toolkit}, source: cuda-images}}") if '{cuda: "12.9.1"' in ln else ln
+        "{0}{2}{1}".format(*ln.rpartition(", source: ")[::2], toolkit + ", source: ") if '{cuda: "12.9.1"' in ln else ln
         for ln in images.read_text().splitlines(keepends=True)
     ]
     assert any(toolkit in ln for ln in lines), "catalogue changed: no 12.9.1 row to mark"
@@ -230,3 +235,198 @@ def test_write_keeps_a_rows_toolkit(tmp_path):
     assert toolkit in row
     assert row.endswith(f", source: {refresh_images.recorded_key(COPY)}}}"), "the row cites the refresh's source"
     assert str(load_matrix(compat).image_of(Version("12.9.0"), "nvidia/cuda:12.9.1-base-ubuntu22.04").cuda) == "12.9.1"
+
+
+# -- a write never leaves a catalogue that does not load ----------------------------------------
+def with_tags(tmp_path: Path, *tags: str, name: str = "copy") -> Path:
+    """The recorded copy with extra tags listed under ``### ubuntu22.04`` of supported-tags.md."""
+    copy = tmp_path / name
+    shutil.copytree(COPY, copy)
+    doc = copy / "doc" / "supported-tags.md"
+    listed = "".join(f"- `{tag}`\n" for tag in tags)
+    doc.write_text(doc.read_text().replace("### ubuntu22.04\n", f"### ubuntu22.04\n\n{listed}", 1))
+    return copy
+
+
+def rebuilt_copy(tmp_path: Path, cudart_of_12_8_1: str = "12.8.90") -> Path:
+    """The recorded copy plus a 12.8.2 image set on ubuntu22.04 (a cuBLAS rebuild, not a cuda.yaml
+    release). Its runtime Dockerfile is NVIDIA's recorded 12.8.2 one (cuda-images-2026, there for
+    rockylinux9); the base Dockerfiles are stand-ins holding only the NV_CUDA_CUDART_VERSION line
+    (12.8.90, the cudart of 12.8.1 and 12.8.2: compat/cuda.yaml header)."""
+    copy = with_tags(tmp_path, *(f"12.8.2-{f}-ubuntu22.04" for f in ("base", "runtime", "devel")))
+    runtime = copy / "dist" / "12.8.2" / "ubuntu2204" / "runtime" / "Dockerfile"
+    runtime.parent.mkdir(parents=True)
+    shutil.copyfile(COPY_2026 / "dist" / "12.8.2" / "rockylinux9" / "runtime" / "Dockerfile", runtime)
+    for cuda, cudart in (("12.8.2", "12.8.90"), ("12.8.1", cudart_of_12_8_1)):
+        base = copy / "dist" / cuda / "ubuntu2204" / "base" / "Dockerfile"
+        base.parent.mkdir(parents=True)
+        base.write_text(f"ARG IMAGE_NAME\nENV NV_CUDA_CUDART_VERSION={cudart}-1\n")
+    return copy
+
+
+def catalogue_without_12_8_2(tmp_path: Path) -> Path:
+    compat = tmp_path / "compat"
+    shutil.copytree(COMPAT, compat)
+    images = compat / "images.yaml"
+    lines = [ln for ln in images.read_text().splitlines(keepends=True) if '{cuda: "12.8.2"' not in ln]
+    images.write_text("".join(ln.replace('superseded_by: "12.8.2"', "superseded_by: null") for ln in lines))
+    load_matrix(compat)
+    return compat
+
+
+def images_args(compat: Path, copy: Path) -> list[str]:
+    return ["--compat-dir", str(compat), "--source", "images", "--from", str(copy)]
+
+
+def test_a_new_image_set_past_its_toolkit_is_written_with_its_toolkit_and_cublas(tmp_path, capsys):
+    compat = catalogue_without_12_8_2(tmp_path)
+    assert refresh.main(images_args(compat, rebuilt_copy(tmp_path))) == 0
+    rows = {r["cuda"]: r for r in yaml.safe_load((compat / "images.yaml").read_text())["releases"]}
+    assert rows["12.8.2"]["toolkit"] == {"version": "12.8.1", "cublas": "12.8.5.5", "source": "cuda-images-2512"}
+    assert rows["12.8.2"]["os"] == ["ubuntu22.04"]
+    assert rows["12.8.2"]["flavours"] == ["base", "runtime", "devel"]
+    image = {str(i.cuda): i for i in load_matrix(compat).images}["12.8.2"]
+    assert str(image.carries) == "12.8.1"
+
+
+def unchanged_after(compat: Path, args: list[str], capsys) -> str:
+    """Runs a refresh that must fail without touching images.yaml; returns its one error line."""
+    before = (compat / "images.yaml").read_bytes()
+    rc = refresh.main(args)
+    err = capsys.readouterr().err
+    assert (compat / "images.yaml").read_bytes() == before, "images.yaml must be left as it was"
+    assert sorted(p.name for p in compat.iterdir()) == sorted(p.name for p in COMPAT.iterdir()), "no stray files"
+    load_matrix(compat)
+    assert err.startswith("error: "), err
+    assert err.count("\n") == 1, err
+    return f"{rc} {err}"
+
+
+def test_a_new_image_set_whose_cudart_no_release_carries_is_refused(tmp_path, capsys):
+    compat = catalogue_without_12_8_2(tmp_path)
+    out = unchanged_after(compat, images_args(compat, rebuilt_copy(tmp_path, cudart_of_12_8_1="12.8.57")), capsys)
+    assert out.startswith("2 error: images: add its toolkit row by hand: CUDA 12.8.2")
+    assert "cudart 12.8.90" in out
+
+
+def test_a_new_image_set_past_its_toolkit_without_dockerfiles_is_refused(tmp_path, capsys):
+    """The reviewer's repro: a 12.6.4 tag (12.6.4 is no cuda.yaml release) used to be written without
+    `toolkit`, exit 0, and every provision command then exited 3."""
+    compat = tmp_path / "compat"
+    shutil.copytree(COMPAT, compat)
+    out = unchanged_after(compat, images_args(compat, with_tags(tmp_path, "12.6.4-base-ubuntu22.04")), capsys)
+    assert out.startswith("2 error: images: add its toolkit row by hand: CUDA 12.6.4 is not a cuda.yaml")
+
+
+def test_the_source_txt_key_must_be_a_sources_yaml_key(tmp_path, capsys):
+    compat = tmp_path / "compat"
+    shutil.copytree(COMPAT, compat)
+    copy = moved_copy(tmp_path)
+    (copy / "SOURCE.txt").write_text((copy / "SOURCE.txt").read_text().replace("key: cuda-images-2512", "key: nope"))
+    out = unchanged_after(compat, images_args(compat, copy), capsys)
+    assert out.startswith("2 error: ")
+    assert "key nope: not a key of compat/sources.yaml" in out
+
+
+def test_text_that_would_break_the_catalogue_is_not_written(tmp_path):
+    compat = tmp_path / "compat"
+    shutil.copytree(COMPAT, compat)
+    before = (compat / "images.yaml").read_text()
+    broken = before.replace("source: cuda-images-2512}", "source: nowhere}", 1)
+    with pytest.raises(CompatDataError, match=r"not written.*nowhere") as exc:
+        refresh.replace_checked(compat, "images.yaml", broken)
+    assert exc.value.exit_code == 3
+    assert (compat / "images.yaml").read_text() == before
+    assert sorted(p.name for p in compat.iterdir()) == sorted(p.name for p in COMPAT.iterdir())
+    refresh.replace_checked(compat, "images.yaml", before.replace("# Published", "# (refreshed) Published", 1))
+    assert (compat / "images.yaml").read_text().startswith("# (refreshed) Published")
+
+
+# -- every error is one line with its exit code -------------------------------------------------
+def one_error_line(args: list[str], capsys) -> tuple[int, str]:
+    rc = refresh.main(args)
+    err = capsys.readouterr().err
+    assert err.startswith("error: "), err
+    assert err.count("\n") == 1, err
+    assert "Traceback" not in err
+    assert "(hint: " in err
+    return rc, err
+
+
+def test_source_txt_without_a_key_line_is_bad_input(tmp_path, capsys):
+    copy = tmp_path / "copy"
+    shutil.copytree(COPY, copy)
+    (copy / "SOURCE.txt").write_text("upstream: somewhere\n")
+    rc, err = one_error_line(["--source", "images", "--check", "--from", str(copy)], capsys)
+    assert (rc, "no 'key:' line" in err) == (2, True)
+
+
+@pytest.mark.parametrize("path", ["SOURCE.txt", "doc/supported-tags.md"])
+def test_a_non_utf8_recorded_file_is_bad_input(tmp_path, capsys, path):
+    copy = tmp_path / "copy"
+    shutil.copytree(COPY, copy)
+    (copy / path).write_bytes(b"\xff" + (copy / path).read_bytes())
+    rc, err = one_error_line(["--source", "images", "--check", "--from", str(copy)], capsys)
+    assert (rc, "not UTF-8 (byte 0xff at offset 0)" in err) == (2, True)
+
+
+def test_missing_and_empty_compat_dirs(tmp_path, capsys):
+    args = ["--source", "images", "--from", str(COPY)]
+    rc, err = one_error_line(["--compat-dir", str(tmp_path / "nonexistent"), *args, "--check"], capsys)
+    assert (rc, "does not exist" in err) == (2, True)
+    rc, err = one_error_line(["--compat-dir", str(tmp_path), *args, "--source-key", "x"], capsys)
+    assert (rc, "sources.yaml: cannot read" in err) == (3, True), "a compat dir without its files: broken catalogue"
+
+
+def test_a_broken_catalogue_exits_3_before_reading_upstream(tmp_path, capsys):
+    compat = tmp_path / "compat"
+    shutil.copytree(COMPAT, compat)
+    images = compat / "images.yaml"
+    images.write_text(images.read_text().replace('{cuda: "12.4.1"', '{cuda: "12.x"', 1))
+    rc, err = one_error_line(
+        ["--compat-dir", str(compat), "--source", "images", "--check", "--from", str(COPY)], capsys
+    )
+    assert (rc, "images.yaml" in err) == (3, True)
+
+
+# -- the recorded-copy reader ---------------------------------------------------------------------
+def test_symlinks_in_a_recorded_copy_are_refused(tmp_path, capsys):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "supported-tags.md").write_text(text("doc/supported-tags.md"))
+    copy = tmp_path / "copy"
+    shutil.copytree(COPY, copy)
+    (copy / "doc" / "supported-tags.md").unlink()
+    (copy / "doc" / "supported-tags.md").symlink_to(outside / "supported-tags.md")
+    with pytest.raises(refresh_images.ImagesRefreshError, match="symlink"):
+        refresh_images.recorded_get(copy)("doc/supported-tags.md")
+    rc, err = one_error_line(["--source", "images", "--check", "--from", str(copy)], capsys)
+    assert (rc, "a symlink" in err) == (2, True)
+    shutil.rmtree(copy / "doc")
+    (copy / "doc").symlink_to(outside, target_is_directory=True)  # a symlinked directory on the way
+    with pytest.raises(refresh_images.ImagesRefreshError, match="symlink"):
+        refresh_images.recorded_get(copy)("doc/supported-tags.md")
+
+
+def test_a_recorded_file_over_the_cap_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    size = len((COPY / "doc" / "supported-tags.md").read_bytes())
+    monkeypatch.setattr(refresh_images, "MAX_RECORDED_BYTES", size - 1)
+    with pytest.raises(refresh_images.ImagesRefreshError, match="over the"):
+        refresh_images.recorded_get(COPY)("doc/supported-tags.md")
+    monkeypatch.setattr(refresh_images, "MAX_RECORDED_BYTES", size)
+    assert refresh_images.recorded_get(COPY)("doc/supported-tags.md") == text("doc/supported-tags.md")
+    assert size == refresh_images.MAX_RECORDED_BYTES
+    monkeypatch.undo()
+    assert refresh_images.MAX_RECORDED_BYTES == 8 * 1024 * 1024
+
+
+def test_an_empty_supported_tags_is_refused_not_read_as_every_row_withdrawn(tmp_path, capsys):
+    copy = tmp_path / "copy"
+    shutil.copytree(COPY, copy)
+    (copy / "doc" / "supported-tags.md").write_text("# Supported tags\n")
+    compat = tmp_path / "compat"
+    shutil.copytree(COMPAT, compat)
+    out = unchanged_after(compat, images_args(compat, copy), capsys)
+    assert out.startswith("2 error: images: doc/supported-tags.md lists no nvidia/cuda tags")
+    rc, _err = one_error_line(["--source", "images", "--check", "--from", str(copy)], capsys)
+    assert rc == 2

@@ -66,3 +66,83 @@ def test_write_adds_and_corrects_rows_keeping_the_rest(tmp_path):
         == before.splitlines()[: before.splitlines().index("releases:") + 1]
     )
     assert str(load_matrix(compat).toolkit[0].version) == "1.20.1"
+
+
+def one_error_line(args: list[str], capsys) -> tuple[int, str]:
+    rc = refresh.main(args)
+    err = capsys.readouterr().err
+    assert err.startswith("error: "), err
+    assert err.count("\n") == 1, err
+    assert "Traceback" not in err
+    assert "(hint: " in err
+    return rc, err
+
+
+def copy_with_tags(tmp_path: Path, data: bytes | None) -> Path:
+    copy = tmp_path / "ctk"
+    shutil.copytree(COPY, copy)
+    if data is not None:
+        (copy / "tags.txt").write_bytes(data)
+    return copy
+
+
+@pytest.mark.parametrize(
+    ("data", "says"),
+    [
+        (b"\xff" + (COPY / "tags.txt").read_bytes(), "not UTF-8 (byte 0xff at offset 0)"),
+        (b"", "no vX.Y.Z release tag in the listing"),
+        (b"v1.21.0-rc.1 2026-11-25\n", "no vX.Y.Z release tag in the listing"),
+    ],
+    ids=["not-utf8", "empty", "no-final-release"],
+)
+def test_a_bad_recorded_listing_is_bad_input_and_writes_nothing(tmp_path, capsys, data, says):
+    compat = tmp_path / "compat"
+    shutil.copytree(COMPAT, compat)
+    before = (compat / "container_toolkit.yaml").read_bytes()
+    copy = copy_with_tags(tmp_path, data)
+    for check in ([], ["--check"]):
+        rc, err = one_error_line(
+            ["--compat-dir", str(compat), "--source", "container-toolkit", "--from", str(copy), *check], capsys
+        )
+        assert (rc, says in err) == (2, True), err
+    assert (compat / "container_toolkit.yaml").read_bytes() == before
+
+
+def test_a_symlinked_or_oversized_listing_is_refused(tmp_path, monkeypatch):
+    copy = copy_with_tags(tmp_path, None)
+    (copy / "tags.txt").unlink()
+    (copy / "tags.txt").symlink_to(COPY / "tags.txt")
+    with pytest.raises(refresh_toolkit.ToolkitRefreshError, match="symlink"):
+        refresh_toolkit.recorded_listing(copy)
+    from provision.matrix import refresh_images
+
+    monkeypatch.setattr(refresh_images, "MAX_RECORDED_BYTES", 100)
+    with pytest.raises(refresh_toolkit.ToolkitRefreshError, match="over the 100-byte cap"):
+        refresh_toolkit.recorded_listing(COPY)
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        (lambda text: "releases: [\n", "container_toolkit.yaml: line 2: invalid YAML"),
+        (lambda text: text.replace('{version: "1.', '{version: "1.x', 1), "'1.x"),
+    ],
+    ids=["unclosed-list", "version-1.x"],
+)
+def test_a_broken_catalogue_exits_3(tmp_path, capsys, edit, says):
+    compat = tmp_path / "compat"
+    shutil.copytree(COMPAT, compat)
+    path = compat / "container_toolkit.yaml"
+    path.write_text(edit(path.read_text()))
+    for check in ([], ["--check"]):
+        args = ["--compat-dir", str(compat), "--source", "container-toolkit", "--from", str(COPY), *check]
+        rc, err = one_error_line(args, capsys)
+        assert (rc, says in err) == (3, True), err
+
+
+def test_an_unknown_source_key_is_one_line_exit_2(tmp_path, capsys):
+    compat = tmp_path / "compat"
+    shutil.copytree(COMPAT, compat)
+    args = ["--compat-dir", str(compat), "--source", "container-toolkit", "--from", str(moved(tmp_path))]
+    rc, err = one_error_line([*args, "--source-key", "nope"], capsys)
+    assert (rc, "--source-key nope: not a key of compat/sources.yaml" in err) == (2, True)
