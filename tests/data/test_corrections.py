@@ -92,7 +92,11 @@ def broken_copy(tmp_path: Path, file: str, old: str, new: str) -> Path:
     [
         ('superseded_by: "13.2.1"', 'superseded_by: "13.3.0"', "not a listed newer update of CUDA 13.2"),
         ('superseded_by: "13.2.1"', 'superseded_by: "13.1.2"', "not a listed newer update of CUDA 13.2"),
-        ("os: [ubuntu22.04, rockylinux9, ubi9]}", "os: [ubuntu22.04, rockylinux8]}", "names an OS the release"),
+        (
+            "os: [ubuntu22.04, rockylinux9, ubi9, rockylinux8, ubi8]}",
+            "os: [ubuntu22.04, rockylinux10]}",
+            "names an OS the release",
+        ),
     ],
 )
 def test_image_eol_and_cudnn_os_are_checked(tmp_path, old, new, what):

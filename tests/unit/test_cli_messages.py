@@ -147,7 +147,7 @@ def test_cli_suggests_only_what_the_listings_show(cli):
         assert set(shown) <= gpus, (typed, shown)
         if typed in ("a100", "h100"):
             assert all(s.startswith(typed) for s in shown), shown
-    for typed in ("rocky", "ubuntu_22.04", "el8", "jammy2"):
+    for typed in ("rocky", "ubuntu_22.04", "el7", "jammy2"):  # el8, el9, el10: aliases of rocky8/9/10
         hint = cli("plan", "--os", typed, "--gpu", "a100-pcie").err.splitlines()[-1]
         shown = hint.removeprefix("hint: did you mean ").split("?")[0].split(" or ")
         assert set(shown) <= oses, (typed, shown)
