@@ -35,7 +35,10 @@ def lock_options(func):
 @click.option("--base-image", metavar="REF", help="FROM this instead (a mirror, or nvidia/cuda@sha256:…).")
 @lock_options
 @click.option(
-    "--platform", metavar="OS/ARCH", help="Resolve the lock for linux/amd64 or linux/arm64 (default: the plan's)."
+    "--platform",
+    metavar="OS/ARCH",
+    help="Expect this platform (linux/amd64 or linux/arm64): exit 2 unless it is the plan's, which the "
+    "lock and image are always for.",
 )
 @click.pass_context
 def render_cmd(
@@ -89,7 +92,12 @@ def render_cmd(
     help="Repository (deterministic tags added) or repository:tag.",
 )
 @click.option("--push", is_flag=True, help="Push the tags and record the repository digests.")
-@click.option("--platform", metavar="OS/ARCH", help="Target platform (default: the plan's, e.g. linux/arm64).")
+@click.option(
+    "--platform",
+    metavar="OS/ARCH",
+    help="Expect this platform (linux/amd64 or linux/arm64): exit 2 unless it is the plan's, which the image "
+    "is always built for.",
+)
 @click.option("--base-image", metavar="REF", help="FROM this instead (a mirror, or nvidia/cuda@sha256:…).")
 @click.option(
     "--base-digests",
@@ -188,7 +196,7 @@ def build_cmd(
             result = build_image(
                 context,
                 tags=tags,
-                platform=rendered.platform,  # --platform, else the plan's (linux/arm64 for aarch64 hosts)
+                platform=rendered.platform,  # the plan's (linux/arm64 for aarch64 hosts); --platform only checks it
                 cache_from=list(cache_from),
                 no_cache=no_cache,
                 docker_client=api,

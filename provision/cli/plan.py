@@ -105,6 +105,15 @@ def listing_legend(topic: str, headers, rows, records) -> list[str]:
         if any(r["ptx"] for r in records):
             lines.append("+PTX X.Y: the build also carries PTX for compute capability X.Y, JIT-compiled on newer GPUs")
     elif topic == "images":
+        from provision.matrix.listing import TOOLKIT_MARK
+
+        if any(r["toolkit"] for r in records):
+            lines.append(
+                f"toolkit X{TOOLKIT_MARK}: the image set is numbered past the CUDA toolkit release it installs "
+                "(X, with a newer cuBLAS patch release); plans pin X and use these tags"
+            )
+        if any(r["platforms"] == ["linux/amd64"] for r in records):
+            lines.append("platforms: those confirmed for every tag of the set; linux/amd64 alone where arm64 is not")
         col = headers.index("cuDNN")
         if any(row[col] == "?" for row in rows):
             lines.append("cuDNN ?: the tags have cuDNN flavours, but the cuDNN build in them is not catalogued")

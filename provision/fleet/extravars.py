@@ -38,6 +38,9 @@ def to_extravars(plan: Plan) -> dict[str, Any]:
         "provision_driver_install_method": plan.driver.install_method,
         "provision_driver_module_stream": plan.driver.module_stream or "",
         "provision_driver_packages": [p.name for p in plan.driver.packages],
+        "provision_driver_module_options": [
+            {"module": o.module, "option": o.option, "value": o.value} for o in plan.driver.module_options
+        ],
         "provision_fabric_manager_packages": [p.name for p in fm.packages] if fm else [],
         "provision_fabric_manager_version": fm.version if fm else "",
         "provision_subnet_manager_packages": list(plan.subnet_manager.packages) if plan.subnet_manager else [],

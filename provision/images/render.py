@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 from provision import __version__
 from provision.errors import InputError
-from provision.images.pylock import LOCK_NAME, PackageIndex, image_lock, uv_platform
+from provision.images.pylock import ARCHES, LOCK_NAME, PackageIndex, image_lock, uv_platform
 from provision.plan.model import Plan, check_image_ref, nvidia_require_cuda
 from provision.resources import images_dir
 
@@ -120,6 +120,20 @@ def image_tags(plan: Plan, variant: str, files: dict[str, str], platform: str | 
     return (f"{fw}-cuda{plan.cuda.version}-{plan.os.cuda_image_os}{arch}", f"content-{content}-{variant}{arch}")
 
 
+def check_platform(plan: Plan, platform: str | None) -> str:
+    """The platform an image of the plan is built for: the plan's. A `platform` given must name it
+    (InputError otherwise): --platform checks the plan, it does not retarget it."""
+    if platform is None or platform == plan.platform:
+        return plan.platform
+    if platform not in ARCHES:
+        raise InputError(f"--platform {platform!r} is not supported", hint=f"one of: {', '.join(ARCHES)}")
+    raise InputError(
+        f"--platform {platform} is not the plan's platform ({plan.platform}, {plan.os.arch} hosts)",
+        hint=f"drop --platform (the plan builds for {plan.platform}); for {platform} hosts, plan for a GPU "
+        f"catalogued on them: provision plan --os {plan.os.id} --gpu GPU --lock FILE",
+    )
+
+
 def platform_suffix(platform: str) -> str:
     """What an image tag adds for its platform: nothing for linux/amd64 (tags as before), "-arm64"."""
     return "" if platform == "linux/amd64" else "-" + platform.split("/")[1]
@@ -150,9 +164,11 @@ def render_image(
     """The build context of one image. A framework image gets requirements.lock: `lock_file`
     (checked, reused byte for byte) or a fresh uv resolution from `index` for the image's Python and
     `platform` (the plan's: linux/arm64 for an aarch64 host, else linux/amd64); a lock that
-    contradicts the plan is refused."""
+    contradicts the plan is refused. A `platform` given (--platform) must be the plan's: the plan's
+    images, wheels and host packages are chosen for one architecture, and another would get an image
+    the catalogue never confirmed (amd64-only image sets, aarch64-only GPUs)."""
     plan.check()
-    platform = platform or plan.platform
+    platform = check_platform(plan, platform)
     if base_image is not None:
         check_image_ref(base_image, "--base-image")
     spec = _variant(variant, templates)

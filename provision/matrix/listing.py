@@ -239,13 +239,15 @@ def _frameworks(m: Matrix) -> Listing:
 
 
 def _images(m: Matrix) -> Listing:
-    headers = ("CUDA", "OS", "flavours", "cuDNN", "example tag")
+    headers = ("CUDA", "toolkit", "OS", "platforms", "flavours", "cuDNN", "example tag")
     rows, records = [], []
     for i in m.images:
         rows.append(
             (
                 str(i.cuda),
+                _image_toolkit_cell(i),
                 list(i.os),
+                list(i.platforms),
                 list(i.flavours),
                 i.cudnn_version or ("?" if i.cudnn_marker else "-"),
                 f"{m.image_repository}:{i.tag('cudnn-runtime' if i.cudnn_marker else 'runtime', i.os[0])}",
@@ -254,7 +256,15 @@ def _images(m: Matrix) -> Listing:
         records.append(
             {
                 "cuda": str(i.cuda),
+                "carries": str(i.carries),
+                "toolkit": (
+                    {"version": str(i.toolkit), "cublas": i.cublas, "source": i.toolkit_source}
+                    if i.toolkit_source is not None
+                    else None
+                ),
                 "os": list(i.os),
+                "platforms": list(i.platforms),
+                "platforms_source": i.platforms_source,
                 "flavours": list(i.flavours),
                 "cudnn": {"version": i.cudnn_version, "marker": i.cudnn_marker} if i.cudnn_marker else None,
                 "tags": {f"{f}-{o}": f"{m.image_repository}:{i.tag(f, o)}" for o in i.os for f in i.flavours},
@@ -262,6 +272,19 @@ def _images(m: Matrix) -> Listing:
             }
         )
     return Listing(f"{m.image_repository} tags", headers, rows, records)
+
+
+TOOLKIT_MARK = "*"
+"""Marks the toolkit cell of an image set numbered past the toolkit release it installs."""
+
+
+def _image_toolkit_cell(i: Any) -> str:
+    """The toolkit release the set installs; an image set numbered past it (12.9.2 carries 12.9.1
+    with a newer cuBLAS) is marked, with that cuBLAS."""
+    if i.toolkit_source is None:
+        return str(i.carries)
+    cublas = f" (cuBLAS {i.cublas})" if i.cublas else ""
+    return f"{i.carries}{TOOLKIT_MARK}{cublas}"
 
 
 _LISTINGS = {

@@ -228,6 +228,12 @@ def _rows_in(record: Record) -> Convert:
     return convert
 
 
+def _rows_in_optional(record: Record) -> Convert:
+    """A nested list of records the file may leave out (a GPU's module_options): () where absent."""
+    rows = _rows_in(record)
+    return lambda item, key, file, at: rows(item, key, file, at) if item.get(key) else ()
+
+
 def _nested_optional(record: Record) -> Convert:
     """A nested mapping made into a record (key path ``at.key``), None where the file leaves it out."""
 
@@ -283,6 +289,7 @@ _OS_RELEASE = _record(
     m.OsRelease, aliases=_tuple, kernel_headers=_tuple, cuda_image_note=_optional, sources=_tuple, arches=_arch_map
 )
 _ARCHITECTURE = _record(m.Architecture, compute_capabilities=_tuple, kernel_modules=_tuple, sources=_tuple)
+_MODULE_OPTION = _record(m.ModuleOption, min_branch=_int, sources=_tuple)
 _GPU = _record(
     m.Gpu,
     aliases=_tuple,
@@ -302,6 +309,7 @@ _GPU = _record(
     nvswitch_generation=_optional,
     host_arches=_arches,
     kernel_modules=_tuple_optional,
+    module_options=_rows_in_optional(_MODULE_OPTION),
 )
 _GPU_GROUP = _record(m.GpuGroup, members=_tuple)
 _DRIVER_RELEASE = _record(m.DriverRelease, version=_version, date=_optional, os=_tuple)

@@ -62,6 +62,16 @@ class Architecture(NamedTuple):
     sources: tuple[str, ...]
 
 
+class ModuleOption(NamedTuple):
+    """A kernel-module option a GPU needs from a driver branch on (GH200: NVreg_CoherentGPUMemoryMode=driver)."""
+
+    module: str  # nvidia, nvidia-uvm, ...
+    option: str  # NVreg_...
+    value: str
+    min_branch: int  # first driver branch that has the option
+    sources: tuple[str, ...]
+
+
 class Gpu(NamedTuple):
     id: str
     name: str
@@ -88,6 +98,7 @@ class Gpu(NamedTuple):
     nvswitch_generation: int | None = None  # the baseboard's NVSwitch generation; None: no NVSwitch
     host_arches: tuple[str, ...] = (DEFAULT_ARCH,)  # host CPU architectures (GH200: aarch64 only)
     kernel_modules: tuple[str, ...] | None = None  # narrower than the architecture's (GH200: open); None: its
+    module_options: tuple[ModuleOption, ...] = ()  # kernel-module options the driver role writes
 
 
 class GpuGroup(NamedTuple):

@@ -65,6 +65,15 @@ class Package(NamedTuple):
     version: str  # full package version, revision included ("580.95.05-1")
 
 
+class PlanModuleOption(NamedTuple):
+    """A kernel-module option the driver role writes to its modprobe.d file (module option=value)."""
+
+    module: str
+    option: str
+    value: str
+    source: str  # the sources.yaml key it rests on
+
+
 class PlanDriver(NamedTuple):
     branch: str
     version: str
@@ -74,6 +83,7 @@ class PlanDriver(NamedTuple):
     install_method: str  # apt | dnf-module
     module_stream: str | None
     packages: tuple[Package, ...]
+    module_options: tuple[PlanModuleOption, ...] = ()  # the GPU's, from their branch floor on
 
 
 class PlanCuda(NamedTuple):
@@ -207,6 +217,10 @@ class Plan(NamedTuple):
                 f"{origin} was edited after it was written (digest mismatch)",
                 hint="plans are resolved, not edited: change the pins and run provision plan --lock again",
             )
+        # a digest is no signature (anyone can recompute it): the fields must also agree with each other
+        from provision.plan.lockcheck import check_consistency
+
+        check_consistency(plan, origin)
         return plan
 
     def digest(self) -> str:
@@ -220,6 +234,9 @@ class Plan(NamedTuple):
                 body.pop(key, None)
         if body["request"].get("mig") is None:
             body["request"].pop("mig", None)
+        # the driver's module options, added later the same way: a plan without any digests as before
+        if not body["driver"].get("module_options"):
+            body["driver"].pop("module_options", None)
         # the host architecture, added later the same way: an x86_64 plan digests as it always did
         if body.get("platform") == "linux/amd64":
             body.pop("platform")

@@ -48,6 +48,7 @@ from provision.plan.model import (
     PlanFabricManager,
     PlanFramework,
     PlanGpu,
+    PlanModuleOption,
     PlanOs,
     PlanRequest,
     PlanSubnetManager,
@@ -886,6 +887,16 @@ def _driver_part(ctx: Context, drv: DriverChoice) -> tuple[PlanDriver, list[Reas
             drv.packaging.sources[0],
         ),
     ]
+    options = _module_options(ctx, drv.branch.branch)
+    reasons += [
+        Reason(
+            "driver",
+            f"{o.module} module option {o.option}={o.value} for {ctx.gpu_id} (driver branch >= {o.min_branch}; "
+            "written to the role's modprobe.d file)",
+            o.sources[0],
+        )
+        for o in options
+    ]
     driver = PlanDriver(
         branch,
         version,
@@ -895,8 +906,19 @@ def _driver_part(ctx: Context, drv: DriverChoice) -> tuple[PlanDriver, list[Reas
         drv.packaging.method,
         stream,
         tuple(Package(n, version) for n in names),
+        tuple(PlanModuleOption(o.module, o.option, o.value, o.sources[0]) for o in options),
     )
     return driver, reasons
+
+
+def _module_options(ctx: Context, branch: int) -> list[m.ModuleOption]:
+    """The GPUs' kernel-module options whose branch floor the plan's driver branch meets, once each."""
+    found: dict[tuple[str, str], m.ModuleOption] = {}
+    for gpu in ctx.gpus:
+        for option in gpu.module_options:
+            if branch >= option.min_branch:
+                found.setdefault((option.module, option.option), option)
+    return list(found.values())
 
 
 def _cuda_part(ctx: Context, cand: Candidate, link: CudaLink) -> tuple[PlanCuda, str, Reason]:

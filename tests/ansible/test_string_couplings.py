@@ -85,11 +85,14 @@ def written(real_matrix) -> dict[str, set[str]]:
         plan = to_extravars(resolve(real_matrix, PlanRequest(os=os_id, gpu="h100-sxm")))
         mig = to_extravars(resolve(real_matrix, PlanRequest(os=os_id, gpu="a100-sxm4-80gb", mig="7x1g.10gb")))
         nvlsm = to_extravars(resolve(real_matrix, PlanRequest(os=os_id, gpu="b200")))  # NVLink Subnet Manager
+        # kernel-module options (GH200 from R580); no aarch64 plan for Debian 12: the H100's plan stands in
+        gh200 = to_extravars(resolve(real_matrix, PlanRequest(os=os_id, gpu="gh200"))) if os_id != "debian12" else plan
         runs = [
             ("preflight", plan, {}),
             ("nvidia_driver", plan, {}),
             ("nvidia_driver", plan, {"nvidia_driver_module_signing_key": "/k.priv", "nvidia_driver_module_signing_cert": "/k.der"}),
             ("nvidia_driver", nvlsm, {}),
+            ("nvidia_driver", gh200, {}),
             # Docker not yet installed (`command -v dockerd` failed): its repository is added too
             ("container_runtime", plan, {"container_runtime_engine": "docker", "container_runtime_dockerd": {"rc": 1}}),
             ("container_runtime", plan, {"container_runtime_engine": "containerd"}),

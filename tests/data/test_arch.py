@@ -20,6 +20,7 @@ from support import COMPAT
 from provision.matrix import refresh
 from provision.matrix.invariants import check_invariants
 from provision.matrix.loader import build, read_raw
+from provision.matrix.model import DEB_ARCHES
 from provision.versions import DottedVersion as Version
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -56,8 +57,8 @@ DRIVER_CONTAINER = "    OS_ARCH=${TARGETARCH/amd64/x86_64} && OS_ARCH=${OS_ARCH/
 DRIVER_CONTAINER_OSES = ("ubuntu22.04", "ubuntu24.04", "rhel9")
 # -- nvidia/container-images/cuda dist/<cuda>/cuda-platforms.json (12.9.1), the catalogue's OSes ----
 CUDA_PLATFORMS_1291 = (
-    '{"rockylinux9": ["arm64", "x86_64"], "ubi9": ["arm64", "x86_64"], '
-    '"ubuntu22.04": ["arm64", "x86_64"], "ubuntu24.04": ["arm64", "x86_64"]}'
+    '{"rockylinux8": ["arm64", "x86_64"], "rockylinux9": ["arm64", "x86_64"], "ubi8": ["arm64", "x86_64"], '
+    '"ubi9": ["arm64", "x86_64"], "ubuntu22.04": ["arm64", "x86_64"], "ubuntu24.04": ["arm64", "x86_64"]}'
 )
 
 
@@ -77,21 +78,38 @@ def test_gh200_row_reads_as_its_sources(real_matrix, gh200):
     assert names_2342 == {"NVIDIA GH200 120GB", "NVIDIA GH200 480GB"}
     assert gh200.pci_device_ids == ("0x2342",)
     assert {"gh200-120gb", "gh200-480gb"} <= set(gh200.aliases)
-    # pci.ids names the die: GH100, Hopper's, whose only compute capability is 9.0
-    assert re.search(r"\t2342  GH100 \[GH200", PCI_IDS)
-    assert gh200.architecture == "hopper"
+    # pci.ids names the die (GH100: Hopper's, whose only compute capability is 9.0) and the product
+    # of each catalogued id; the catalogue's row, aliases and notes say the same
+    pci = {f"0x{dev}": (die, name) for dev, die, name in re.findall(r"\t(\w{4})  (\w+) \[([^]]+)\]", PCI_IDS)}
+    for dev in gh200.pci_device_ids:
+        die, product = pci[dev]
+        assert f"{die} [{product}]" in gh200_notes(real_matrix), dev
+        assert all(f"gh200-{size.split()[-1].lower()}" in gh200.aliases for size in product.split(" / ")), product
+        assert die.startswith("GH1"), die  # G<architecture letter>1xx: H, Hopper
+        assert gh200.architecture == "hopper"
     assert real_matrix.architecture("hopper").compute_capabilities == ("9.0",)
     assert gh200.compute_capability == "9.0"
     # the minimum driver: the first production README listing the id, as for the H100 NVL
     first = next(tag for tag, n in OGKM_2342_ROWS_BY_TAG.items() if n and not tag.startswith("535.43."))
     assert gh200.min_driver == Version(first) == Version("535.129.03")
     assert not any(OGKM_2342_ROWS_BY_TAG[t] for t in ("535.54.03", "535.86.10", "535.104.05", "535.113.01"))
-    # the 144GB HBM3e variant is a separate device id, left out of the catalogue (README: not confirmed)
-    assert "2348" in OGKM_ROWS
-    assert "0x2348" not in {p for g in real_matrix.gpus for p in g.pci_device_ids}
-    # MIG: mig-parted serves 0x2342 with the H100-96GB profiles, which mig.yaml does not model yet
-    assert '"0x234210DE"' in MIG_PARTED
-    assert gh200.mig is None
+    # the README's other GH200 ids (the 144GB HBM3e variant) are left out of the catalogue, as its
+    # notes say, and no other catalogued GPU claims them
+    left_out = {f"0x{dev}" for name, dev in rows if "GH200" in name} - set(gh200.pci_device_ids)
+    assert left_out == {dev for dev, (_, product) in pci.items() if product.startswith("GH200 144G")}
+    for dev in left_out:
+        assert dev not in {p for g in real_matrix.gpus for p in g.pci_device_ids}
+        assert f"({dev}," in gh200_notes(real_matrix)
+        assert "is not catalogued" in gh200_notes(real_matrix)
+    # MIG: mig-parted's device filter (pci device id + 10DE vendor) covers the catalogued id, and the
+    # profile set it selects is the catalogue's (its profiles read in tests/data/test_gh200_mig.py)
+    (filters,) = re.findall(r"device-filter: \[([^]]+)\]", MIG_PARTED)
+    served = {"0x" + dev for dev in re.findall(r'"0x(\w{4})10DE"', filters)}
+    assert set(gh200.pci_device_ids) <= served
+    assert gh200.mig is not None
+    note = real_matrix.mig_set(gh200.mig).note
+    assert all(dev in note for dev in gh200.pci_device_ids)
+    assert MIG_PARTED.split("# ")[1].split(",", maxsplit=1)[0].replace("-", " ") in note  # "H100 96GB"
     assert "1g.12gb" in gh200_notes(real_matrix)
 
 
@@ -122,18 +140,19 @@ def test_gh200_sources_are_known_and_versions_rest_on_primary_ones(real_matrix, 
 
 
 def test_sbsa_directories_read_as_nvidias_driver_container(real_matrix):
+    # TARGETARCH (Docker's amd64/arm64: the catalogue's DEB_ARCHES names) -> the repository directory
     mapping = dict(re.findall(r"(\w+)/(\w+)\}", DRIVER_CONTAINER))
-    assert mapping == {"amd64": "x86_64", "arm64": "sbsa"}
+    assert set(mapping) == set(DEB_ARCHES.values())
     for os_rel in real_matrix.os_releases:
         arches = dict(os_rel.arches)
-        assert arches["x86_64"] == "x86_64", os_rel.id
+        assert arches["x86_64"] == mapping[DEB_ARCHES["x86_64"]], os_rel.id
         if os_rel.id == "debian12":
             assert "aarch64" not in arches  # no catalogued source confirms debian12/sbsa
             continue
-        assert arches["aarch64"] == mapping["arm64"], os_rel.id
-        assert "gpu-driver-container-arch" in os_rel.sources
+        assert arches["aarch64"] == mapping[DEB_ARCHES["aarch64"]], os_rel.id
+        # the driver container's install.sh for this OS (or its EL8/EL10 sibling) is the source
+        assert {"gpu-driver-container-arch", "gpu-driver-container-el"} & set(os_rel.sources), os_rel.id
     served = {o.nvidia_repo for o in real_matrix.os_releases if o.repo_arch("aarch64")}
-    assert served == {f"{o.replace('.', '')}" for o in ("ubuntu22.04", "ubuntu24.04")} | {"rhel9"}
     assert {o.replace(".", "") for o in DRIVER_CONTAINER_OSES} - {"rhel9"} <= served
 
 

@@ -2,6 +2,7 @@
 Fabric Manager. Each test reads the catalogue rows (gpus.yaml nvswitch_generation, drivers.yaml
 subnet_manager) and the sources they cite, then the plans they make."""
 
+import re
 import shutil
 from pathlib import Path
 
@@ -42,11 +43,34 @@ def test_gpus_without_nvswitch_have_no_generation(real_matrix):
     assert real_matrix.gpu("v100-sxm2-32gb").nvswitch_generation is None
 
 
+ORDINALS = {"second": 2, "third": 3, "fourth": 4}
+
+
 def test_the_guide_names_the_generations_it_is_cited_for(real_matrix):
+    """The rows' NVSwitch generations and the subnet manager's floors read as the cited guide says."""
     title = real_matrix.sources["fabric-manager-guide-nvlsm"].title
-    for words in ("HGX A100: second-", "HGX H100/H200: third-", "HGX B200/B300/B100: fourth-generation"):
-        assert words in title
-    assert "570.xx" in title  # the guide's minimum driver for HGX B200
+    generation_of = {
+        model: ORDINALS[word]
+        for models, word in re.findall(r"HGX ([A-Z0-9/]+): (second|third|fourth)-", title)
+        for model in models.split("/")
+    }
+    assert set(generation_of.values()) == {2, 3, 4}
+    compared = []
+    for gpu in real_matrix.gpus:
+        model = gpu.id.split("-")[0].upper()  # b200 -> B200, a100-sxm4-80gb -> A100
+        if gpu.nvswitch and model in generation_of:
+            assert gpu.nvswitch_generation == generation_of[model], gpu.id
+            assert "fabric-manager-guide-nvlsm" in gpu.sources, gpu.id
+            compared.append(gpu.id)
+    assert {"a100-sxm4-80gb", "h100-sxm", "h200", "b200"} <= set(compared)
+    sm = real_matrix.subnet_manager
+    # the system whose unit starts FM and NVLSM sets the subnet manager's generation and service,
+    # and the guide's minimum driver for it the branch floor
+    (model, service) = re.findall(r"on HGX (\w+) the ([\w-]+) unit starts FM and NVLSM", title)[0]
+    assert sm.nvswitch_generation == generation_of[model]
+    assert sm.service == service
+    (floor,) = re.findall(r"Version' \(HGX [A-Z0-9/]+: ([0-9]+)\.xx\)", title)
+    assert sm.min_branch == int(floor)
 
 
 # -- drivers.yaml: the subnet manager and how each OS installs it ---------------------------------

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from provision.errors import InputError
 from provision.images.pylock import parse_lock
 from provision.images.render import render_image
 from provision.plan.model import PlanRequest
@@ -43,9 +44,34 @@ def test_x86_64_plans_render_as_before(real_matrix):
     assert rendered.platform == "linux/amd64"
     assert "io.provision.platform" not in rendered.labels
     assert not rendered.tags[0].endswith("-arm64")
-    # an explicit --platform still wins over the plan's (as it always did)
-    arm = render_image(plan, "pytorch", platform="linux/arm64")
-    assert "on aarch64-manylinux_2_35." in arm.files["requirements.lock"]
+    # --platform naming the plan's own platform is a check that passes
+    assert render_image(plan, "base", platform="linux/amd64").platform == "linux/amd64"
+
+
+@pytest.mark.parametrize(
+    ("os_id", "gpu", "platform", "plans"),
+    [
+        ("ubuntu22.04", "v100-sxm2-32gb", "linux/arm64", "linux/amd64"),  # image sets catalogued amd64 only
+        ("ubuntu22.04", "gh200", "linux/amd64", "linux/arm64"),  # an aarch64-only GPU
+    ],
+)
+def test_a_platform_other_than_the_plans_is_refused(cli, tmp_path, real_matrix, os_id, gpu, platform, plans):
+    plan = resolve(real_matrix, PlanRequest(os=os_id, gpu=gpu))
+    assert plan.platform == plans
+    with pytest.raises(InputError) as info:
+        render_image(plan, "base", platform=platform)
+    assert info.value.exit_code == 2
+    assert f"not the plan's platform ({plans}" in info.value.message
+    assert f"the plan builds for {plans}" in info.value.hint
+    out = tmp_path / "r1"
+    r = cli("render", "--os", os_id, "--gpu", gpu, "--out", str(out), "--platform", platform)
+    assert r.code == 2, r
+    assert f"--platform {platform} is not the plan's platform ({plans}" in r.err
+    assert "Traceback" not in r.err
+    assert not out.exists(), "nothing rendered"
+    # the plan's own platform renders
+    r = cli("render", "--os", os_id, "--gpu", gpu, "--out", str(out), "--platform", plans)
+    assert r.code == 0, r
 
 
 def test_build_uses_the_plans_platform(cli, tmp_path, monkeypatch):

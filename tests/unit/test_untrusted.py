@@ -200,3 +200,126 @@ def test_ansible_playbook_prints_an_injected_value_and_runs_nothing(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "version={{ lookup(" in proc.stdout
     assert not marker.exists()
+
+
+# -- a re-digested lock is also held to itself and to the catalogue (review item A) -----------------
+# The digest is no signature: these locks are edited and re-digested, as an attacker can. b200 and
+# gh200 are live-catalogue GPUs (the fixture catalogue has no aarch64 GPU and no Subnet Manager).
+
+
+@pytest.fixture
+def live_lock(cli, tmp_path, on_fixture_catalogue, monkeypatch):
+    from support import COMPAT
+
+    monkeypatch.setenv("PROVISION_COMPAT_DIR", str(COMPAT))  # plan and check on the live catalogue
+
+    def make(gpu: str) -> dict:
+        path = tmp_path / f"{gpu}.lock.json"
+        assert cli("plan", "--os", "ubuntu22.04", "--gpu", gpu, "--lock", str(path), "--format", "json").code == 0
+        return json.loads(path.read_text())
+
+    return make
+
+
+def inventory_check(cli, tmp_path, doc: dict):
+    (tmp_path / "inv.ini").write_text("[g]\nn1 ansible_host=127.0.0.1\n")
+    (tmp_path / "lock.json").write_text(json.dumps(doc))
+    return cli("inventory", "check", "-i", str(tmp_path / "inv.ini"), "--plan", str(tmp_path / "lock.json"))
+
+
+def delete(doc: dict, path: str) -> dict:
+    *parents, last = path.split(".")
+    node = doc
+    for p in parents:
+        node = node[p]
+    del node[last]
+    return doc
+
+
+INCONSISTENT = [
+    # (gpu, field, new value or DELETE, what the one-line error says)
+    ("b200", "os.repo_arch", "ppc64le", "os.repo_arch: 'ppc64le' is not one of ['x86_64', 'sbsa']"),
+    ("b200", "platform", "linux/arm64", "platform: 'linux/arm64' is not the image platform of x86_64 hosts"),
+    ("b200", "os.arch", "aarch64", "os.repo_arch: 'x86_64' is not the NVIDIA repository directory of aarch64 hosts"),
+    ("b200", "gpu.nvswitch", False, "gpu.nvswitch: False contradicts fabric_manager (nvidia-fabricmanager)"),
+    ("b200", "subnet_manager.service", "sshd", "subnet_manager.service: 'sshd' is not one of ['nvidia-fabricmanager']"),
+    ("b200", "subnet_manager.kernel_modules", ["floppy"], "subnet_manager.kernel_modules.0: 'floppy' is not one of"),
+    (
+        "b200",
+        "subnet_manager.packages",
+        ["openssh-server"],
+        "subnet_manager.packages.0: 'openssh-server' is not one of",
+    ),
+    ("gh200", "platform", "DELETE", "os.repo_arch: 'x86_64' is not the NVIDIA repository directory of aarch64 hosts"),
+]
+
+
+@pytest.mark.parametrize(("gpu", "field", "value", "says"), INCONSISTENT)
+def test_an_inconsistent_redigested_lock_is_refused(cli, tmp_path, live_lock, gpu, field, value, says):
+    doc = live_lock(gpu)
+    assert inventory_check(cli, tmp_path, doc).code == 0, "the lock as written passes"
+    if value == "DELETE":
+        delete(delete(doc, field), "os.repo_arch")  # gh200: platform and os.repo_arch both deleted
+    else:
+        edit(doc, field, value)
+    r = inventory_check(cli, tmp_path, redigest(doc))
+    assert r.code == 2, r
+    assert says in r.err
+    assert "Traceback" not in r.err
+    (error,) = [line for line in r.err.splitlines() if line.startswith("error")]
+    assert says in error, "one line names the field"
+    with pytest.raises(InputError, match=field.split(".")[0] if value != "DELETE" else "os.repo_arch"):
+        read_plan(tmp_path / "lock.json")  # render, build and verify read it the same way
+
+
+CATALOGUE = [
+    # in the closed vocabulary and consistent with themselves, but not the catalogue's rows for the lock
+    ("b200", "subnet_manager.requires", ["infiniband-diags"],
+     "subnet_manager.requires: ['infiniband-diags'], but the catalogue says ['infiniband-diags', 'libibumad3'] for R"),
+    ("b200", "driver.packages.0.name", "openssh-server", "driver.packages: ['openssh-server'"),
+    ("b200", "os.kernel_headers", ["openssh-server"],
+     "os.kernel_headers: ['openssh-server'], but the catalogue says ['linux-headers-{kernel}'] for ubuntu22.04"),
+    ("b200", "container_toolkit.packages.0.name", "openssh-server", "container_toolkit.packages: ['openssh-server'"),
+    ("b200", "fabric_manager", None, "gpu.nvswitch: True contradicts fabric_manager (none)"),
+    ("b200", "subnet_manager", None, "subnet_manager: absent, but the catalogue plans a Subnet Manager for b200"),
+    ("b200", "os.nvidia_repo", "rhel9", "os.nvidia_repo: 'rhel9', but the catalogue says 'ubuntu2204' for ubuntu22.04"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("gpu", "field", "value", "says"), CATALOGUE)
+def test_a_lock_is_held_to_the_catalogue_rows(cli, tmp_path, live_lock, gpu, field, value, says):
+    doc = redigest(edit(live_lock(gpu), field, value))
+    r = inventory_check(cli, tmp_path, doc)
+    assert r.code == 2, r
+    assert says in r.err
+    (error,) = [line for line in r.err.splitlines() if line.startswith("error")]
+    assert says in error, "one line names the field and what the catalogue says"
+
+
+def test_a_gh200_lock_moved_to_x86_64_whole_is_refused_by_the_catalogue(cli, tmp_path, live_lock):
+    """arch, repo_arch and platform all deleted: consistent with itself (x86_64), not with the GPU."""
+    doc = live_lock("gh200")
+    for field in ("platform", "os.arch", "os.repo_arch"):
+        delete(doc, field)
+    redigest(doc)
+    (tmp_path / "x.json").write_text(json.dumps(doc))
+    assert read_plan(tmp_path / "x.json").os.arch == "x86_64"  # no catalogue: nothing contradicts
+    r = inventory_check(cli, tmp_path, doc)
+    assert r.code == 2, r
+    assert "os.arch: 'x86_64', but the catalogue says gh200 is built into aarch64 hosts" in r.err
+
+
+def test_apply_refuses_a_lock_the_catalogue_contradicts_before_writing(cli, tmp_path, live_lock):
+    doc = redigest(edit(live_lock("b200"), "subnet_manager.requires", ["infiniband-diags"]))
+    (tmp_path / "inv.ini").write_text("[g]\nn1 ansible_host=127.0.0.1\n")
+    (tmp_path / "lock.json").write_text(json.dumps(doc))
+    out = tmp_path / "run"
+    r = cli("apply", "-i", str(tmp_path / "inv.ini"), "--plan", str(tmp_path / "lock.json"), "--run-dir", str(out))
+    assert r.code == 2, r
+    assert "subnet_manager.requires" in r.err
+    assert not out.exists()
+
+
+def test_fixture_locks_pass_the_catalogue_they_were_made_from(cli, tmp_path, lock):
+    """No false refusals: a lock of the fixture catalogue, checked with it."""
+    assert inventory_check(cli, tmp_path, lock).code == 0

@@ -136,6 +136,41 @@ def check_subnet_manager(facts, plan, target, evidence):
         fail(f"no {sm.process} process: {why}")
 
 
+MODULE_OPTIONS_FILE = "/etc/modprobe.d/provision-nvidia.conf"  # the nvidia_driver role's
+
+
+@check("module-options", "the planned kernel-module options are configured and in effect")
+def check_module_options(facts, plan, evidence):
+    options = plan.driver.module_options
+    if not options:
+        pytest.skip("the plan carries no kernel-module options for this GPU")
+    if facts.container:
+        pytest.skip(f"inside a {facts.container} container: the host's kernel modules are not this system's")
+    conf = facts.read(MODULE_OPTIONS_FILE) or ""
+    # /proc/driver/nvidia/params prints the nvidia module's options without their NVreg_ prefix
+    params = dict(
+        (key.strip(), value.strip().strip('"'))
+        for key, sep, value in (
+            line.partition(":") for line in (facts.read("/proc/driver/nvidia/params") or "").splitlines()
+        )
+        if sep
+    )
+    for o in options:
+        line = f"options {o.module} {o.option}={o.value}"
+        configured = line in conf.splitlines()
+        loaded = params.get(o.option.removeprefix("NVreg_")) if o.module == "nvidia" else None
+        evidence(
+            f"{o.module} {o.option}: {MODULE_OPTIONS_FILE} {'has' if configured else 'lacks'} it; loaded {loaded!r}"
+        )
+        if not configured:
+            fail(f"{MODULE_OPTIONS_FILE} lacks '{line}' (run provision apply --tags driver)")
+        if o.module == "nvidia" and loaded != o.value:
+            fail(
+                f"the loaded nvidia module has {o.option}={loaded or 'unset'}, planned {o.value}: "
+                "configured, not yet in effect (reboot to load the module with it)"
+            )
+
+
 _LGI = re.compile(r"\|\s+(\d+)\s+MIG\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+):(\d+)\s+\|")
 
 

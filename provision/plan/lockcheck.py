@@ -1,0 +1,227 @@
+"""A lock file is consistent with itself and with the catalogue it names, not only well-formed.
+
+The plan schema holds each field to its form; a lock's digest only detects an accidental edit (anyone
+can recompute it over an edited lock). So a lock is also held to what the resolver would have
+written: the rules between its fields, always (``check_consistency``, from ``Plan.from_dict``), and,
+where a command has the catalogue at hand (apply, inventory check), every OS fact, package, module
+and service the roles act on against the catalogue's rows for the lock's OS, GPU and driver branch
+(``check_against_catalogue``). Each refusal is one line naming the field and what it must be.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from provision.errors import InputError, UnknownId
+from provision.matrix import model as m
+
+if TYPE_CHECKING:
+    from provision.plan.model import Plan
+
+# The NVIDIA repository directory of each host architecture when no catalogue is at hand (os.yaml
+# arches maps every OS this way; tests/data/test_plan_vocabulary.py holds the catalogue to it).
+REPO_ARCHES = {"x86_64": "x86_64", "aarch64": "sbsa"}
+
+_HINT = "plans are resolved, not edited: re-create it with provision plan --lock"
+
+
+def _refuse(origin: str, field: str, text: str, hint: str = _HINT) -> InputError:
+    text = " ".join(text.split())  # one line, whatever a value held
+    return InputError(f"{origin}: {field}: {text}", hint=hint)
+
+
+def check_consistency(plan: Plan, origin: str = "plan") -> None:
+    """The rules between a lock's fields, which need no catalogue: the host architecture fixes the
+    repository directory and the image platform; Fabric Manager and the Subnet Manager go with an
+    NVSwitch baseboard, at the driver's version."""
+    arch = plan.os.arch
+    if plan.os.repo_arch != REPO_ARCHES[arch]:
+        raise _refuse(
+            origin,
+            "os.repo_arch",
+            f"{plan.os.repo_arch!r} is not the NVIDIA repository directory of {arch} hosts ({REPO_ARCHES[arch]!r})",
+        )
+    if plan.platform != m.PLATFORMS[arch]:
+        raise _refuse(
+            origin, "platform", f"{plan.platform!r} is not the image platform of {arch} hosts ({m.PLATFORMS[arch]!r})"
+        )
+    fm = plan.fabric_manager
+    if plan.gpu.nvswitch != (fm is not None):
+        raise _refuse(
+            origin,
+            "gpu.nvswitch",
+            f"{plan.gpu.nvswitch} contradicts fabric_manager "
+            f"({'none' if fm is None else fm.package}): Fabric Manager is planned exactly for NVSwitch baseboards",
+        )
+    if plan.subnet_manager is not None and not plan.gpu.nvswitch:
+        raise _refuse(
+            origin, "subnet_manager", "planned for a GPU without NVSwitch (it runs beside Fabric Manager only)"
+        )
+    if fm is not None:
+        for i, pkg in enumerate(fm.packages):
+            if pkg.version != plan.driver.version:
+                raise _refuse(
+                    origin,
+                    f"fabric_manager.packages.{i}.version",
+                    f"{pkg.version!r} is not the driver's version {plan.driver.version!r} (Fabric Manager must match it)",
+                )
+        if fm.version != plan.driver.version or fm.package != (fm.packages[0].name if fm.packages else None):
+            raise _refuse(
+                origin,
+                "fabric_manager.package",
+                f"{fm.package} {fm.version} is not the first of fabric_manager.packages at the driver's version "
+                f"{plan.driver.version}",
+            )
+
+
+def check_against_catalogue(plan: Plan, matrix: m.Matrix, origin: str = "plan") -> None:
+    """Every OS fact, package, module and service of the lock that the roles act on, against the
+    catalogue's rows for the lock's OS, GPU and driver branch (InputError on the first difference)."""
+    hint = _HINT
+    if plan.data.digest != _data_digest(matrix):
+        hint += " (the lock was resolved from other catalogue data: if that is why, re-create it)"
+    rows = _Rows(origin, hint)
+    os_rel = rows.os(plan, matrix)
+    gpus = rows.gpus(plan, matrix)
+    packaging = rows.driver(plan, matrix, os_rel, gpus)
+    rows.managers(
+        plan, matrix, packaging, gpus[0], f"for R{plan.driver.branch} {plan.driver.kernel_module} on {os_rel.id}"
+    )
+    toolkit = next((t for t in matrix.toolkit if str(t.version) == plan.container_toolkit.version), None)
+    if toolkit is None:
+        raise rows.refuse(
+            "container_toolkit.version",
+            f"{plan.container_toolkit.version!r} is not a catalogued NVIDIA Container Toolkit release",
+        )
+    rows.differs(
+        "container_toolkit.packages",
+        [p.name for p in plan.container_toolkit.packages],
+        toolkit.packages,
+        f"for Container Toolkit {toolkit.version}",
+    )
+
+
+class _Rows:
+    """The comparisons of one lock with the catalogue, each refusal naming the field and the row."""
+
+    def __init__(self, origin: str, hint: str) -> None:
+        self.origin, self.hint = origin, hint
+
+    def refuse(self, field: str, text: str) -> InputError:
+        return _refuse(self.origin, field, text, self.hint)
+
+    def differs(self, field: str, got: Any, want: Any, what: str) -> None:
+        if _plain(got) != _plain(want):
+            raise self.refuse(field, f"{_plain(got)!r}, but the catalogue says {_plain(want)!r} {what}")
+
+    def os(self, plan: Plan, matrix: m.Matrix) -> m.OsRelease:
+        try:
+            os_rel = matrix.os(plan.os.id)
+        except UnknownId:
+            raise self.refuse("os.id", f"{plan.os.id!r} is not a catalogued OS") from None
+        for key in (
+            "family",
+            "distribution",
+            "version",
+            "pkg_manager",
+            "nvidia_repo",
+            "kernel_headers",
+            "cuda_image_os",
+        ):
+            self.differs(f"os.{key}", getattr(plan.os, key), getattr(os_rel, key), f"for {os_rel.id}")
+        repo_arch = os_rel.repo_arch(plan.os.arch)
+        if repo_arch is None:
+            served = ", ".join(a for a, _ in os_rel.arches)
+            raise self.refuse("os.arch", f"{plan.os.arch!r}, but the catalogue serves {os_rel.id} on {served} only")
+        self.differs("os.repo_arch", plan.os.repo_arch, repo_arch, f"for {os_rel.id} on {plan.os.arch}")
+        return os_rel
+
+    def gpus(self, plan: Plan, matrix: m.Matrix) -> list[m.Gpu]:
+        gpus = []
+        for member in plan.gpu.members:
+            try:
+                gpus.append(matrix.gpu(member))
+            except UnknownId:
+                raise self.refuse("gpu.members", f"{member!r} is not a catalogued GPU") from None
+        for gpu in gpus:
+            if plan.os.arch not in gpu.host_arches:
+                raise self.refuse(
+                    "os.arch",
+                    f"{plan.os.arch!r}, but the catalogue says {gpu.id} is built into {'/'.join(gpu.host_arches)} hosts",
+                )
+        where = f"for {plan.gpu.id}"
+        self.differs("gpu.nvswitch", plan.gpu.nvswitch, gpus[0].nvswitch, where)
+        self.differs(
+            "gpu.pci_device_ids", plan.gpu.pci_device_ids, sorted({p for g in gpus for p in g.pci_device_ids}), where
+        )
+        return gpus
+
+    def driver(self, plan: Plan, matrix: m.Matrix, os_rel: m.OsRelease, gpus: list[m.Gpu]) -> m.DriverPackaging:
+        drv = plan.driver
+        branch = int(drv.branch)
+        packaging = matrix.packaging_for(os_rel.id, branch, drv.kernel_module)
+        if packaging is None:
+            raise self.refuse(
+                "driver.kernel_module",
+                f"the catalogue has no {os_rel.id} packaging of R{branch} with {drv.kernel_module} kernel modules",
+            )
+        row = f"for R{branch} {drv.kernel_module} on {os_rel.id}"
+        self.differs("driver.install_method", drv.install_method, packaging.method, row)
+        stream = packaging.module_stream.format(branch=branch) if packaging.module_stream else None
+        self.differs("driver.module_stream", drv.module_stream, stream, row)
+        names = [n.format(branch=branch) for n in packaging.packages]
+        self.differs("driver.packages", [p.name for p in drv.packages], names, row)
+        options: dict[tuple[str, str], str] = {}
+        for gpu in gpus:
+            for o in gpu.module_options:
+                if branch >= o.min_branch:
+                    options.setdefault((o.module, o.option), o.value)
+        self.differs(
+            "driver.module_options",
+            sorted((o.module, o.option, o.value) for o in drv.module_options),
+            sorted((mod, opt, value) for (mod, opt), value in options.items()),
+            f"for {plan.gpu.id} on R{branch}",
+        )
+        return packaging
+
+    def managers(self, plan: Plan, matrix: m.Matrix, packaging: m.DriverPackaging, first: m.Gpu, row: str) -> None:
+        """Fabric Manager's packages, and the Subnet Manager's packages, modules and service."""
+        branch = int(plan.driver.branch)
+        if plan.fabric_manager is not None:
+            fm_names = [n.format(branch=branch) for n in packaging.fabric_manager]
+            self.differs("fabric_manager.packages", [p.name for p in plan.fabric_manager.packages], fm_names, row)
+        sm, got = matrix.subnet_manager, plan.subnet_manager
+        wanted = sm is not None and sm.needed_by(first) and packaging.subnet_manager is not None
+        if got is None or not wanted:
+            if (got is None) == wanted:
+                what = "a Subnet Manager" if wanted else "no Subnet Manager"
+                state = "absent" if got is None else "present"
+                raise self.refuse("subnet_manager", f"{state}, but the catalogue plans {what} for {plan.gpu.id} {row}")
+            return
+        block = "(drivers.yaml subnet_manager)"
+        self.differs("subnet_manager.service", got.service, sm.service, block)
+        self.differs("subnet_manager.process", got.process, sm.process, block)
+        self.differs("subnet_manager.kernel_modules", got.kernel_modules, sm.kernel_modules, block)
+        self.differs("subnet_manager.packages", got.packages, packaging.subnet_manager.packages, row)
+        self.differs("subnet_manager.requires", got.requires, packaging.subnet_manager.requires, row)
+
+
+def _plain(value: Any) -> Any:
+    """Tuples as lists, so that a lock's value and a catalogue row compare and print alike."""
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _data_digest(matrix: m.Matrix) -> str:
+    from provision.plan.resolve import _data_digest as digest
+
+    return digest(matrix)
+
+
+def check_run_plans(plans: dict[str, Plan], matrix_loader: Any, lock: str | None) -> None:
+    """apply's and inventory check's plans against the catalogue they run with: ``{"all": plan}``
+    read from the lock file ``lock``, or a fleet file's plans by group."""
+    matrix = matrix_loader()
+    for group, plan in plans.items():
+        check_against_catalogue(plan, matrix, repr(lock) if lock and group == "all" else f"fleet group {group!r}")
