@@ -7,6 +7,12 @@ session of its own. A child still running at its deadline gets SIGTERM, then SIG
 it; what it printed before then is kept (the workers print one JSON line per finished check, so
 a host stopped at its deadline still reports what it did).
 
+What a host costs is kept small, so that hosts side by side cost little more than one: a worker
+is given the inventory variables the CLI has read (`seed_ansible_inventory`: no ansible-inventory
+run per host), a host's commands share one SSH connection (`SharedSsh`, `share_connection`), and
+a job that is one remote command runs as the ssh client itself (`ssh_argv`), with no Python
+worker in between.
+
 This is the local half of a host's deadline. The remote half is `remote_command`: the command
 runs on the host under coreutils ``timeout --kill-after``, which signals the whole remote
 process group, also a child that ignores SIGTERM (an nvidia-smi stuck on a GPU that fell off
@@ -109,6 +115,107 @@ def connection_error(exc: BaseException) -> str:
         return f"the connection failed (exit {result.rc})"
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class SharedSsh:
+    """One SSH connection per host for all the commands a worker sends it (OpenSSH ControlMaster).
+
+    Without it every command pays a whole SSH handshake (a quarter of a second and a key exchange
+    on both ends); with it a command is a session on the open connection. The sockets live in a
+    private directory (mode 0700) this object makes; `close` ends every master still running
+    (a worker stopped at its deadline leaves its master behind: ControlPersist detaches it from
+    the worker's process group) and removes the directory. The connection settings a host
+    already has (an inventory's ControlPath or ControlMaster) are left as they are."""
+
+    def __init__(self) -> None:
+        import tempfile
+
+        self.dir = tempfile.mkdtemp(prefix="provision-ssh-")
+
+    def path(self, index: int) -> str | None:
+        """The control socket of the index-th host; None where the path would not work."""
+        path = os.path.join(self.dir, str(index))
+        # sun_path holds 108 bytes; testinfra formats the ssh command line with %
+        return path if len(path.encode()) < 100 and "%" not in path else None
+
+    def close(self, timeout: float = 5) -> None:
+        import contextlib
+        import shutil
+        import subprocess
+
+        try:
+            sockets = [os.path.join(self.dir, n) for n in os.listdir(self.dir)]
+        except OSError:
+            sockets = []
+        for sock in sockets:
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                subprocess.run(
+                    ["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "provision-shared-connection"],
+                    capture_output=True,
+                    timeout=timeout,
+                    check=False,
+                )
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def ssh_backend(host):
+    """The testinfra ssh backend `host` sends its commands through: its own (ssh://, safe-ssh://)
+    or, for ansible://, the one testinfra builds from the inventory; None for other connections."""
+    backend = getattr(host, "backend", None)
+    if getattr(backend, "NAME", None) == "ansible" and not getattr(backend, "force_ansible", True):
+        inner = backend.ansible_runner.get_host(
+            backend.host, ssh_config=backend.ssh_config, ssh_identity_file=backend.ssh_identity_file
+        )
+        backend = getattr(inner, "backend", None)
+    return backend if getattr(backend, "NAME", None) in ("ssh", "safe-ssh") else None
+
+
+def share_connection(host, control_path: str | None) -> bool:
+    """Make the host's commands share one SSH connection through control_path (testinfra's ssh
+    backend adds ControlMaster=auto and ControlPersist, which need a ControlPath to take effect).
+    False where it cannot: not ssh, ControlPersist off, or the inventory sets its own."""
+    backend = ssh_backend(host) if control_path else None
+    if backend is None or not getattr(backend, "controlpersist", 0):
+        return False
+    extra = (getattr(backend, "ssh_extra_args", None) or "").lower()
+    if backend.controlpath or "controlpath" in extra or "controlmaster" in extra:
+        return False
+    backend.controlpath = control_path
+    return True
+
+
+def ssh_argv(host, command: str) -> list[str] | None:
+    """The local command that runs ``command`` on ``host`` as testinfra's ssh backend does (the
+    inventory's user, port, key and ssh arguments; sudo where asked), for `run_jobs` to run
+    without a Python worker in between; None for other connections (local, docker, paramiko,
+    safe-ssh), or if testinfra no longer builds its ssh command the way this expects."""
+    backend = ssh_backend(host)
+    build = getattr(backend, "_build_ssh_command", None)
+    if backend is None or backend.NAME != "ssh" or build is None:
+        return None
+    command = host.backend.get_command(command)  # sudo asked of the ansible:// host (--sudo)
+    if backend is not host.backend:
+        command = backend.get_command(command)  # the inventory's become
+    cmd, args = build(command)
+    return ["/bin/sh", "-c", backend.quote(" ".join(cmd), *args)]  # testinfra runs it with shell=True
+
+
+def seed_ansible_inventory(inventory: str, hostvars: dict[str, dict]) -> None:
+    """Hand testinfra the hosts' variables that the parent process read with ansible-inventory,
+    so that a worker's ansible:// host needs no ansible-inventory run of its own (half a second of
+    CPU per host). testinfra keeps one AnsibleRunner per inventory path, with the inventory in a
+    cached property; if that ever changes, the worker reads the inventory itself, as before."""
+    import functools
+
+    from testinfra.utils.ansible_runner import AnsibleRunner
+
+    if not isinstance(AnsibleRunner.__dict__.get("inventory"), functools.cached_property):
+        return
+    runner = AnsibleRunner.get_runner(inventory)
+    runner.__dict__["inventory"] = {
+        "_meta": {"hostvars": {name: dict(values) for name, values in hostvars.items()}},
+        "all": {"hosts": sorted(hostvars)},
+    }
 
 
 def timed_out_rc(rc: int) -> bool:

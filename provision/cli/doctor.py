@@ -80,7 +80,12 @@ def doctor_cmd(ctx, *, local, inventory, limit, files, app_logs, save_dir, sudo,
 
         inv = load_inventory(inventory)
         collected = collect_remote(
-            select_hosts(inv, limit), os.path.abspath(inventory), sudo=sudo, forks=forks, host_timeout=host_timeout
+            select_hosts(inv, limit),
+            os.path.abspath(inventory),
+            sudo=sudo,
+            forks=forks,
+            host_timeout=host_timeout,
+            hostvars=inv.hosts,
         )
     results = []
     for item in collected:

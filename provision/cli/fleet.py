@@ -97,6 +97,21 @@ class LiveProgress:
     help="Stop the rollout after a batch where more than P% of hosts failed (default 0: any failure stops it).",
 )
 @click.option(
+    "--forks",
+    type=int,
+    default=20,
+    show_default=True,
+    metavar="N",
+    help="Hosts Ansible works on at once (its forks, 1-1000; playbooks/ansible.cfg sets 20).",
+)
+@click.option(
+    "--task-timeout",
+    type=int,
+    metavar="SECONDS",
+    help="Fail any one task that runs longer (30-86400; default 1800: a DKMS build's worst case). "
+    "The reboot and drain commands keep their own deadlines.",
+)
+@click.option(
     "--allow-disruption",
     is_flag=True,
     help="Change the driver even while the GPUs are in use, or their use cannot be known.",
@@ -131,6 +146,8 @@ def apply_cmd(
     diff,
     serial,
     max_fail_percentage,
+    forks,
+    task_timeout,
     allow_disruption,
     full,
     drain_command,
@@ -166,6 +183,8 @@ def apply_cmd(
         diff=diff,
         serial=serial,
         max_fail_percentage=max_fail_percentage,
+        forks=forks,
+        task_timeout=task_timeout,
         allow_disruption=allow_disruption,
         extra_vars=extra_vars,
         run_dir=run_dir,

@@ -1,7 +1,8 @@
 """What `provision doctor --local` / `-i` reads on a host: one POSIX shell script that prints
 each source as a section (`===== provision-doctor: <key> =====`), run locally or over SSH
-through testinfra's backends (the inventory's connection settings, as apply uses them), one
-worker process per host, `forks` at a time, each under the host's deadline (provision.hostpool).
+through testinfra's backends (the inventory's connection settings, as apply uses them), `forks`
+hosts at a time, each under the host's deadline (provision.hostpool): a host reached over plain
+ssh is one ssh client running the script, any other connection a worker process.
 
 The kernel log is read first: a GPU that fell off the bus can hang nvidia-smi, and whatever
 stops a hung collector, the kernel log that names the cause is already out. It comes from the
@@ -31,6 +32,7 @@ from provision.hostpool import (
     connection_error,
     remote_command,
     run_jobs,
+    seed_ansible_inventory,
     stop_group,
     timed_out_rc,
 )
@@ -147,18 +149,43 @@ def collect_remote(
     sudo: bool = False,
     forks: int = DEFAULT_FORKS,
     host_timeout: float = DEFAULT_HOST_TIMEOUT,
+    hostvars: dict[str, dict] | None = None,
 ) -> list[Collected]:
     """Run the collector on inventory hosts, `forks` at a time, each in a worker process
-    (``python -m provision.doctor.collect``) under the host's deadline."""
+    (``python -m provision.doctor.collect``) under the host's deadline. hostvars: the hosts'
+    variables as ansible-inventory printed them (the CLI has read the inventory): the workers
+    hand them to testinfra instead of each running ansible-inventory again."""
+    import json
+
     from provision.tools import tool_path
 
     argv = [sys.executable, "-m", "provision.doctor.collect", inventory, str(host_timeout)]
-    jobs = [Job(name, [*argv, name, "--sudo" if sudo else "--no-sudo"]) for name in hosts]
+    direct = _ssh_commands(hosts, inventory, sudo=sudo, host_timeout=host_timeout, hostvars=hostvars)
+    jobs = [
+        Job(name, direct[name])
+        if name in direct
+        else Job(
+            name,
+            [*argv, name, "--sudo" if sudo else "--no-sudo"],
+            json.dumps(hostvars[name]).encode() if hostvars and name in hostvars else b"",
+        )
+        for name in hosts
+    ]
     env = {**os.environ, "PATH": tool_path()}
     out = []
     for outcome in run_jobs(jobs, forks=forks, timeout=host_timeout, env=env):
         text = outcome.stdout if "===== provision-doctor:" in outcome.stdout else None
-        if outcome.timed_out:
+        if outcome.name in direct and not outcome.timed_out:
+            # the collector ran over ssh itself: 255 is ssh's own failure, timeout's codes a partial run
+            if text is None or outcome.rc == 255:
+                lines = [ln.strip() for ln in outcome.stderr.splitlines() if ln.strip()]
+                out.append(Collected(outcome.name, None, lines[-1] if lines else f"exit {outcome.rc}"))
+            elif timed_out_rc(outcome.rc):
+                why = f"the collector did not finish within its {host_timeout:g} s on the host; partial output"
+                out.append(Collected(outcome.name, text, why))
+            else:
+                out.append(Collected(outcome.name, text, None))
+        elif outcome.timed_out:
             why = f"no answer within {host_timeout:g} s (--host-timeout)"
             out.append(Collected(outcome.name, text, why))
         elif outcome.rc in (0, PARTIAL) and text is not None:
@@ -170,6 +197,31 @@ def collect_remote(
     return out
 
 
+def _ssh_commands(
+    hosts: list[str], inventory: str, *, sudo: bool, host_timeout: float, hostvars: dict[str, dict] | None
+) -> dict[str, list[str]]:
+    """host -> the ssh command that runs the collector there, for the hosts Ansible reaches over
+    plain ssh: run_jobs runs it as the host's job, so a host costs one ssh client, not a Python
+    worker (the deadline still ends the job's process group). The others keep their worker."""
+    if not hostvars:
+        return {}
+    import testinfra
+
+    from provision.hostpool import ssh_argv
+
+    seed_ansible_inventory(inventory, {name: hostvars[name] for name in hosts if name in hostvars})
+    out = {}
+    for name in hosts:
+        try:
+            host = testinfra.get_host(f"ansible://{name}", ansible_inventory=inventory, sudo=sudo)
+            argv = ssh_argv(host, remote_script(Budget(host_timeout)))
+        except Exception:  # the worker reports what is wrong with this host
+            argv = None
+        if argv is not None:
+            out[name] = argv
+    return out
+
+
 UNREACHABLE, PARTIAL = 3, 4  # the worker's exit codes besides 0
 
 
@@ -177,9 +229,14 @@ def _worker(argv: list[str]) -> int:
     """One host: print the collector's output; exit 3 with the reason on stderr when it is unreachable."""
     inventory, host_timeout, name, sudo = argv[0], float(argv[1]), argv[2], argv[3] == "--sudo"
     budget = Budget(host_timeout)  # the parent's deadline started with this process
+    import json
+
     import testinfra
 
+    given = sys.stdin.read()  # this host's inventory variables, as JSON (collect_remote)
     try:
+        if given.strip():
+            seed_ansible_inventory(inventory, {name: json.loads(given)})
         host = testinfra.get_host(f"ansible://{name}", ansible_inventory=inventory, sudo=sudo)
         res = host.run(remote_script(budget))
     except Exception as exc:

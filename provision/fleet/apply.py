@@ -20,7 +20,12 @@ from provision.fleet.inventory import (
     load_fleet,
     load_inventory,
 )
+from provision.fleet.runner import APPLY_FORKS
+from provision.plan.lockcheck import check_run_plans
 from provision.plan.model import Plan, PlanRequest, read_plan
+
+MIN_FORKS, MAX_FORKS = 1, 1000
+MIN_TASK_TIMEOUT, MAX_TASK_TIMEOUT = 30, 86400  # --task-timeout: provision_task_timeout, site.yml's play timeout
 
 
 class ApplyRequest(NamedTuple):
@@ -40,6 +45,8 @@ class ApplyRequest(NamedTuple):
     drain_command: str | None = None  # run on the controller before a host changes
     undrain_command: str | None = None  # ... and after it passed the health gate
     drain_delegate: str | None = None  # where they run (default: the controller)
+    forks: int = APPLY_FORKS  # hosts Ansible works on at once (playbooks/ansible.cfg's forks)
+    task_timeout: int | None = None  # seconds any one task may run (site.yml's default: 1800)
 
 
 class Prepared(NamedTuple):
@@ -67,6 +74,7 @@ def check_run(inventory: str, plan: str | None, fleet: str | None, matrix_loader
         raise InputError("give exactly one of --plan and --fleet", hint="--plan plan.lock.json, or --fleet fleet.yaml")
     inv = load_inventory(inventory)
     plans, groups = load_plans(plan, fleet, matrix_loader)
+    check_run_plans(plans, matrix_loader, plan)  # a lock against the catalogue's rows, not only its schema
     for group in plans:
         check_group_name(group)
     return Checked(inv, plans, groups, check_inventory(inv, groups))
@@ -80,6 +88,16 @@ def prepare(request: ApplyRequest, *, matrix_loader: Callable[[], Any], playbook
         )
     if request.max_fail_percentage is not None and not 0 <= request.max_fail_percentage <= 100:
         raise InputError("--max-fail-percentage must be between 0 and 100", hint="e.g. --max-fail-percentage 20")
+    if not MIN_FORKS <= request.forks <= MAX_FORKS:
+        raise InputError(
+            f"--forks must be between {MIN_FORKS} and {MAX_FORKS}, not {request.forks}",
+            hint="e.g. --forks 20: hosts Ansible works on at once",
+        )
+    if request.task_timeout is not None and not MIN_TASK_TIMEOUT <= request.task_timeout <= MAX_TASK_TIMEOUT:
+        raise InputError(
+            f"--task-timeout must be between {MIN_TASK_TIMEOUT} and {MAX_TASK_TIMEOUT} seconds, not {request.task_timeout}",
+            hint="e.g. --task-timeout 3600: the longest any one task (a DKMS build, a package download) may run",
+        )
     if request.tags is not None:
         check_tags(request.tags, playbooks)
     inventory, plans, groups, problems = check_run(request.inventory, request.plan, request.fleet, matrix_loader)
@@ -116,6 +134,8 @@ def prepare(request: ApplyRequest, *, matrix_loader: Callable[[], Any], playbook
     if request.max_fail_percentage is not None:
         extravars["provision_max_fail_percentage"] = request.max_fail_percentage
     extravars["provision_allow_disruption"] = request.allow_disruption
+    if request.task_timeout is not None:
+        extravars["provision_task_timeout"] = request.task_timeout
     extravars["provision_full_run"] = request.full
     extravars["provision_roles_digest"] = roles_digest(playbooks)
     extravars["provision_run_id"] = os.path.basename(run_dir)
@@ -255,6 +275,7 @@ def apply(request: ApplyRequest, *, matrix_loader: Callable[[], Any], playbooks:
         check=request.check,
         diff=request.diff,
         on_event=on_event,
+        forks=request.forks,
     )
     failed = [h.host for h in result.hosts if h.failed and not h.unreachable]
     if failed and not request.check:
@@ -267,6 +288,7 @@ def apply(request: ApplyRequest, *, matrix_loader: Callable[[], Any], playbooks:
             extravars={"provision_run_id": prepared.extravars["provision_run_id"]},
             limit=",".join(failed),
             playbook="release-lock.yml",
+            forks=request.forks,
         )
     return prepared, result.with_not_run(targets(prepared, request.limit), request.max_fail_percentage)
 

@@ -11,6 +11,8 @@ from provision.errors import ToolingError
 from provision.fleet.extravars import dump_unsafe_yaml
 from provision.tools import tool_path
 
+APPLY_FORKS = 20  # as playbooks/ansible.cfg sets for a plain ansible-playbook run
+
 # A host counts as rebooted when a task run by Ansible's reboot module says it rebooted, whatever
 # the task is called (the event's resolved_action is the module's full name).
 REBOOT_ACTIONS = frozenset({"ansible.builtin.reboot", "ansible.legacy.reboot"})
@@ -118,7 +120,7 @@ def run_playbook(
     tags: str | None = None,
     check: bool = False,
     diff: bool = False,
-    forks: int = 20,
+    forks: int = APPLY_FORKS,
     on_event: Callable[[Progress], None] | None = None,
     playbook: str = "site.yml",
 ) -> RunResult:

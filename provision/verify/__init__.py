@@ -5,9 +5,10 @@ The checks are ordinary pytest-testinfra test functions shipped in provision/ver
 (provision/verify/worker.py), at most `forks` at once, each under the host's deadline
 (provision.hostpool). A worker makes sure its host runs a command at all, then runs the checks
 with pytest.main through testinfra's backends (local, ssh, ansible); every command it sends
-runs under coreutils timeout on the host. The workers' results become one VerifyReport: per
-host, per check, pass / fail / skip with the evidence read, and per host an error when it could
-not be reached or did not finish in time.
+runs under coreutils timeout on the host, over one SSH connection per host (ControlMaster, its
+socket in a private directory that run_verify removes with the connections). The workers'
+results become one VerifyReport: per host, per check, pass / fail / skip with the evidence
+read, and per host an error when it could not be reached or did not finish in time.
 """
 
 from __future__ import annotations
@@ -51,24 +52,33 @@ def run_verify(
     import pickle
     import sys
 
-    from provision.hostpool import Job, run_jobs
+    from provision.hostpool import Job, SharedSsh, run_jobs
     from provision.tools import tool_path
     from provision.verify.worker import Request
 
-    jobs = []
-    for target in targets:
-        request = Request(
-            target._replace(hostvars=dict(target.hostvars or {})),
-            inventory,
-            sudo,
-            ssh_identity_file,
-            ssh_config,
-            only,
-            host_timeout,
-        )
-        jobs.append(Job(target.name, [sys.executable, "-m", "provision.verify.worker"], pickle.dumps(request)))
-    env = {**os.environ, "PATH": tool_path()}
-    outcomes = run_jobs(jobs, forks=forks, timeout=host_timeout, env=env)
+    shared = SharedSsh()
+    try:
+        jobs = []
+        for index, target in enumerate(targets):
+            hostvars = dict(target.hostvars or {})
+            request = Request(
+                target._replace(hostvars=hostvars),
+                inventory,
+                sudo,
+                ssh_identity_file,
+                ssh_config,
+                only,
+                host_timeout,
+                control_path=shared.path(index),
+                # an inventory host's variables: the worker hands them to testinfra, which then
+                # runs no ansible-inventory of its own (the CLI has read the inventory already)
+                hostvars=hostvars if inventory and target.spec == f"ansible://{target.name}" else None,
+            )
+            jobs.append(Job(target.name, [sys.executable, "-m", "provision.verify.worker"], pickle.dumps(request)))
+        env = {**os.environ, "PATH": tool_path()}
+        outcomes = run_jobs(jobs, forks=forks, timeout=host_timeout, env=env)
+    finally:
+        shared.close()
     return collect_report([t.name for t in targets], outcomes, host_timeout=host_timeout)
 
 
@@ -137,6 +147,7 @@ def run_checks(
     budget=None,
     have_timeout: bool = True,
     emit=None,
+    control_path: str | None = None,
 ) -> int:
     """The checks on one target, in this process (the worker's part); pytest's exit code.
     Each result goes to `emit` as it is known."""
@@ -144,7 +155,9 @@ def run_checks(
 
     from provision.verify.plugin import VerifyPlugin
 
-    plugin = VerifyPlugin([target], only=only, budget=budget, have_timeout=have_timeout, emit=emit)
+    plugin = VerifyPlugin(
+        [target], only=only, budget=budget, have_timeout=have_timeout, emit=emit, control_path=control_path
+    )
     args = [
         CHECKS_DIR,
         "-c",

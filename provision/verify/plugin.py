@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from provision.hostpool import share_connection
 from provision.verify.facts import HostFacts
 from provision.verify.report import CheckResult
 
@@ -15,12 +16,22 @@ MODULE_ORDER = ("check_system", "check_driver", "check_containers")
 
 
 class VerifyPlugin:
-    def __init__(self, targets: list, only: list[str] | None = None, *, budget=None, have_timeout=True, emit=None):
+    def __init__(
+        self,
+        targets: list,
+        only: list[str] | None = None,
+        *,
+        budget=None,
+        have_timeout=True,
+        emit=None,
+        control_path=None,
+    ):
         self.targets = list(targets)
         self.only = set(only or [])
         self.budget = budget  # provision.hostpool.Budget: the host's deadline (None: no deadline)
         self.have_timeout = have_timeout  # coreutils timeout on the host
         self.emit = emit  # called with each event for the parent process (provision.verify.worker)
+        self.control_path = control_path  # SSH control socket the host's commands share (hostpool.SharedSsh)
         self.late = 0  # checks not run because the deadline had passed
         self.results: list[CheckResult] = []
         self.errors: list[str] = []
@@ -50,6 +61,7 @@ class VerifyPlugin:
     @pytest.fixture
     def facts_raw(self, host, target) -> HostFacts:
         if target.name not in self._facts:
+            share_connection(host, self.control_path)  # ssh:// hosts: pytest's host is not the worker's probe's
             self._facts[target.name] = HostFacts(host, target, budget=self.budget, have_timeout=self.have_timeout)
         return self._facts[target.name]
 

@@ -22,7 +22,7 @@ import pickle
 import sys
 from typing import Any, NamedTuple, TextIO
 
-from provision.hostpool import Budget, connection_error, remote_command
+from provision.hostpool import Budget, connection_error, remote_command, seed_ansible_inventory, share_connection
 
 
 class Request(NamedTuple):
@@ -33,6 +33,8 @@ class Request(NamedTuple):
     ssh_config: str | None
     only: list[str] | None
     host_timeout: float
+    control_path: str | None = None  # the host's SSH control socket (hostpool.SharedSsh)
+    hostvars: dict[str, Any] | None = None  # with an inventory: this host's variables, as ansible-inventory read them
 
 
 def probe(host, budget: Budget) -> tuple[str | None, bool]:
@@ -77,7 +79,10 @@ def run(request: Request, out: TextIO) -> int:
     budget = Budget(request.host_timeout)
     with tools_on_path():
         try:
+            if request.inventory and request.hostvars is not None:
+                seed_ansible_inventory(request.inventory, {request.target.name: request.hostvars})
             host = testinfra.get_host(request.target.spec, **host_kwargs(request))
+            share_connection(host, request.control_path)
         except Exception as exc:
             emit({"unreachable": connection_error(exc)})
             return 0
@@ -95,6 +100,7 @@ def run(request: Request, out: TextIO) -> int:
             budget=budget,
             have_timeout=have_timeout,
             emit=emit,
+            control_path=request.control_path,
         )
     emit({"done": rc})
     return 0

@@ -71,8 +71,9 @@ def test_inventory_hosts_report_per_host(cli, monkeypatch, tmp_path):
     )
     calls = {}
 
-    def fake_collect(hosts, inventory_path, *, sudo=False, forks=5, host_timeout=120):
+    def fake_collect(hosts, inventory_path, *, sudo=False, forks=5, host_timeout=120, hostvars=None):
         calls["hosts"], calls["sudo"], calls["forks"], calls["host_timeout"] = hosts, sudo, forks, host_timeout
+        assert hostvars["gpu-a"]["ansible_host"] == "127.0.0.1"  # the inventory as the CLI read it
         results = {
             "gpu-a": Collected("gpu-a", mismatch, None),
             "gpu-b": Collected("gpu-b", None, "ssh: connect to host 127.0.0.1 port 22: refused"),

@@ -8,10 +8,23 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from provision.hostpool import KILL_AFTER, KILL_GRACE, Budget, Job, remote_command, run_jobs, timed_out_rc
+from provision.hostpool import (
+    KILL_AFTER,
+    KILL_GRACE,
+    Budget,
+    Job,
+    SharedSsh,
+    remote_command,
+    run_jobs,
+    seed_ansible_inventory,
+    share_connection,
+    ssh_argv,
+    timed_out_rc,
+)
 
 
 def sleeper(seconds: float) -> list[str]:
@@ -168,3 +181,112 @@ def test_interrupt_ends_running_jobs(tmp_path, monkeypatch):
     while time.monotonic() < deadline and alive(pid):
         time.sleep(0.1)
     assert not alive(pid)
+
+
+# -- one SSH connection per host, no worker or ansible-inventory run where none is needed ----------
+
+
+FAKE_SSH = """#!/bin/sh
+# stands in for OpenSSH's client: logs its arguments, then runs the remote command here
+echo "$*" | tr '\n' ' ' >> {log}; echo >> {log}
+echo "$PPID $(ps -o ppid= -p $PPID)" >> {log}.parents
+case "$*" in *"Port=1 "*) echo "ssh: connect to host 127.0.0.1 port 1: Connection refused" >&2; exit 255;; esac
+for last; do :; done
+exec sh -c "$last"
+"""
+
+
+def fake_ssh(tmp_path, monkeypatch) -> Path:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "ssh.log"
+    ssh = bin_dir / "ssh"
+    ssh.write_text(FAKE_SSH.format(log=log))
+    ssh.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    return log
+
+
+def test_an_ssh_host_shares_one_connection_through_a_private_socket():
+    import testinfra
+
+    shared = SharedSsh()
+    try:
+        assert os.stat(shared.dir).st_mode & 0o777 == 0o700
+        path = shared.path(0)
+        assert path is not None
+        assert os.path.dirname(path) == shared.dir
+        host = testinfra.get_host("ssh://root@127.0.0.1:2201")
+        assert share_connection(host, path)
+        line = ssh_argv(host, "true")[2]
+        assert f"-o ControlPath={path}" in line
+        assert "-o ControlMaster=auto" in line
+        # a host's own multiplexing settings stand; other connections have no ssh command
+        own = testinfra.get_host("ssh://root@127.0.0.1:2202", ssh_extra_args="-o ControlPath=/run/own/%C")
+        assert not share_connection(own, shared.path(1))
+        assert shared.path(1) not in ssh_argv(own, "true")[2]
+        local = testinfra.get_host("local://")
+        assert not share_connection(local, shared.path(2))
+        assert ssh_argv(local, "true") is None
+        assert not share_connection(host, None)
+        Path(path).write_text("")  # a socket left behind by a worker stopped at its deadline
+    finally:
+        shared.close()
+    assert not os.path.exists(shared.dir)
+
+
+def test_a_seeded_inventory_reaches_its_hosts_without_running_ansible_inventory(tmp_path, monkeypatch):
+    """The CLI has read the inventory: the hosts' variables it hands on are what testinfra connects
+    with, and nothing is run to read them again (no ansible-inventory on PATH, no inventory file)."""
+    import testinfra
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    inventory = str(tmp_path / "never-read.yml")
+    hostvars = {
+        "ansible_host": "10.9.8.7",
+        "ansible_port": 2222,
+        "ansible_user": "ops",
+        "ansible_ssh_private_key_file": "/keys/ops",
+        "ansible_ssh_common_args": "-o StrictHostKeyChecking=no",
+    }
+    seed_ansible_inventory(inventory, {"gpu-z": hostvars})
+    host = testinfra.get_host("ansible://gpu-z", ansible_inventory=inventory, sudo=True)
+    line = ssh_argv(host, "nvidia-smi -L")[2]
+    for part in ("-o User=ops", "-o Port=2222", "-i /keys/ops", "-o StrictHostKeyChecking=no", "10.9.8.7"):
+        assert part in line, (part, line)
+    assert "sudo /bin/sh -c" in line  # --sudo wraps the command as testinfra does
+
+
+def test_a_command_through_ssh_argv_runs_as_one_job(tmp_path, monkeypatch):
+    import testinfra
+
+    log = fake_ssh(tmp_path, monkeypatch)
+    host = testinfra.get_host("ssh://root@127.0.0.1:2203")
+    (outcome,) = run_jobs([Job("h", ssh_argv(host, 'echo "it\'s here"; exit 3'))], forks=1, timeout=30)
+    assert (outcome.rc, outcome.stdout) == (3, "it's here\n")
+    assert "-o Port=2203" in log.read_text()
+
+
+def test_doctor_reads_ssh_hosts_with_one_ssh_client_each(tmp_path, monkeypatch):
+    """collect_remote: a host Ansible reaches over ssh is one ssh job (no Python worker); its
+    collector output comes back whole; a refused connection is the host's one problem."""
+    from provision.doctor.collect import collect_remote
+
+    log = fake_ssh(tmp_path, monkeypatch)
+    hostvars = {
+        "gpu-ok": {"ansible_host": "127.0.0.1", "ansible_port": 2204, "ansible_user": "root"},
+        "gpu-down": {"ansible_host": "127.0.0.1", "ansible_port": 1, "ansible_user": "root"},
+    }
+    got = collect_remote(
+        ["gpu-down", "gpu-ok"], str(tmp_path / "never-read.yml"), hostvars=hostvars, host_timeout=60, forks=2
+    )
+    assert [c.host for c in got] == ["gpu-down", "gpu-ok"]
+    down, ok = got
+    assert (down.text, down.problem) == (None, "ssh: connect to host 127.0.0.1 port 1: Connection refused")
+    assert ok.problem is None
+    assert "===== provision-doctor: kernel-log-source =====" in ok.text
+    assert "===== provision-doctor: nvidia-smi-rc =====" in ok.text
+    assert len(log.read_text().splitlines()) == 2  # one ssh client per host
+    # started by this process (through sh at most), not by a Python worker in between
+    parents = Path(f"{log}.parents").read_text().split("\n")
+    assert all(str(os.getpid()) in line.split() for line in parents if line.strip()), parents

@@ -86,3 +86,24 @@ def test_apply_summary_names_every_host(cli, tmp_path, fake_runner):
     assert release["playbook"] == "release-lock.yml", "the failed host's run lock is given back"
     assert release["limit"] == "n1"
     assert release["extravars"] == {"provision_run_id": "run"}
+
+
+def test_apply_forks_reach_ansible_and_are_checked(cli, tmp_path, fake_runner):
+    """--forks: Ansible's forks for the run and for giving back a failed host's lock; 20 without
+    it (as playbooks/ansible.cfg); outside 1..1000 one line and exit 2, before anything runs."""
+    inv = tmp_path / "inv.yml"
+    inv.write_text(yaml.safe_dump(INVENTORY))
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(yaml.safe_dump({"groups": {"a100": {"os": "ubuntu22.04", "gpu": "a100-pcie"}}}))
+    args = ("apply", "-i", str(inv), "--fleet", str(fleet))
+    cli(*args, "--run-dir", str(tmp_path / "r12"), "--forks", "12")
+    assert [c["forks"] for c in fake_runner] == [12, 12]
+    cli(*args, "--run-dir", str(tmp_path / "r20"))
+    assert [c["forks"] for c in fake_runner[2:]] == [20, 20]
+    for bad in ("0", "1001"):
+        r = cli(*args, "--run-dir", str(tmp_path / f"bad{bad}"), "--forks", bad)
+        assert r.code == 2, r
+        assert f"--forks must be between 1 and 1000, not {bad}" in r.err
+        assert "Traceback" not in r.err
+    assert len(fake_runner) == 4
+    assert "--forks N" in cli("apply", "--help").out
