@@ -89,6 +89,11 @@ def read_recorded(root: Path, path: str, error: type[InputError]) -> str | None:
             data = handle.read(MAX_RECORDED_BYTES + 1)
     except OSError as exc:
         raise error(f"{where}: cannot read ({exc.strerror or exc})") from None
+    return decode_capped(data, str(where), error)
+
+
+def decode_capped(data: bytes, where: str, error: type[InputError]) -> str:
+    """``data`` as UTF-8 text, refused (``error``) over MAX_RECORDED_BYTES or when not UTF-8."""
     if len(data) > MAX_RECORDED_BYTES:
         raise error(f"{where}: over the {MAX_RECORDED_BYTES}-byte cap for a recorded file")
     try:
@@ -276,12 +281,7 @@ def live_get(fetch: Callable[[str, dict[str, str]], bytes]) -> Get:
             if exc.code == 404:
                 return None
             raise
-        if len(body) > MAX_RECORDED_BYTES:
-            raise ImagesRefreshError(f"{UPSTREAM}{path}: over the {MAX_RECORDED_BYTES}-byte cap")
-        try:
-            return body.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ImagesRefreshError(f"{UPSTREAM}{path}: not UTF-8 (byte offset {exc.start})") from None
+        return decode_capped(body, UPSTREAM + path, ImagesRefreshError)
 
     return get
 

@@ -64,26 +64,22 @@ def test_the_play_deadline_reaches_tasks_inside_roles(tmp_path):
     exe = Path(sys.executable).with_name("ansible-playbook")
     argv = [str(exe), "-i", "localhost,", "play.yml", "-e", f"ansible_python_interpreter={sys.executable}"]
     env = {**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOCALHOST_WARNING": "False"}
-    proc = subprocess.run(
-        [*argv, "-e", "provision_task_timeout=2"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env=env,
-    )
+
+    def run(seconds: int) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [*argv, "-e", f"provision_task_timeout={seconds}"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env=env,
+        )
+
+    proc = run(2)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "Timed out after 2 second(s)" in proc.stdout
-    proc = subprocess.run(
-        [*argv, "-e", "provision_task_timeout=30"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env=env,
-    )
+    proc = run(30)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
