@@ -196,6 +196,7 @@ def test_default_plans_avoid_end_of_life_images_when_a_supported_set_fits(real_m
                     for i in real_matrix.images
                     if not i.past_eol(real_matrix.as_of)
                     and "runtime" in i.flavours_for(os_rel.cuda_image_os)
+                    and plan.platform in i.platforms  # a GH200 plan needs linux/arm64 tags
                     and real_matrix.cuda_supports_cc(i.cuda, gpu.compute_capability)
                 ]
                 assert not supported, (os_rel.id, gpu.id, plan.cuda.version, [str(i.cuda) for i in supported])

@@ -98,8 +98,9 @@ dist/end-of-life/12.4.0/rockylinux8 dist/end-of-life/12.5.0/rockylinux8 dist/end
 dist/end-of-life/12.6.1/rockylinux8 dist/end-of-life/12.6.2/rockylinux8 dist/end-of-life/12.8.0/rockylinux8
 dist/end-of-life/12.9.0/rockylinux8 dist/end-of-life/13.0.0/rockylinux10 dist/end-of-life/13.0.0/rockylinux8
 dist/end-of-life/13.0.1/rockylinux10 dist/end-of-life/13.0.1/rockylinux8
-dist/13.2.1/rockylinux10
-"""  # the last line: pranavmishra90/nvidia-container-images-cuda f070c948, dist/13.2.1/rockylinux10/base/Dockerfile
+dist/13.2.1/rockylinux10 dist/13.2.1/rockylinux8
+"""  # the last line: pranavmishra90/nvidia-container-images-cuda f070c948, dist/13.2.1/rockylinux10/base/Dockerfile;
+# f577282f, dist/13.2.1/rockylinux8/base/Dockerfile (cuda-cudart-13-2-13.2.75-1 from repos/rhel8/${NVARCH})
 # dist/13.1.0/rockylinux10/base/cuda.repo-x86_64 and cuda.repo-arm64 (baseurl lines); rockylinux8: rhel8
 REPO_FILES = {
     "x86_64": "baseurl=https://developer.download.nvidia.com/compute/cuda/repos/rhel10/x86_64",
@@ -242,3 +243,20 @@ def test_host_detection_maps_el_majors(real_matrix, os_release, expected):
     from provision.matrix.detect import os_id
 
     assert os_id(real_matrix, os_release) == expected
+
+
+# -- cuda-images-2026: NVIDIA's 13.2.1 EL8/EL10 runtime and runtime cudnn Dockerfiles, recorded ---
+IMAGES_2026 = ROOT / "tests" / "fixtures" / "refresh" / "cuda-images-2026" / "dist" / "13.2.1"
+
+
+@pytest.mark.parametrize("image_os", ["rockylinux8", "ubi8", "rockylinux10", "ubi10"])
+def test_13_2_1_el8_el10_tags_are_nvidias_recorded_dockerfiles(real_matrix, image_os):
+    runtime = (IMAGES_2026 / image_os / "runtime" / "Dockerfile").read_text()
+    cudnn = (IMAGES_2026 / image_os / "runtime" / "cudnn" / "Dockerfile").read_text()
+    assert f"FROM ${{IMAGE_NAME}}:13.2.1-base-{image_os} AS base" in runtime
+    assert re.findall(r"^ENV NV_CUDA_LIB_VERSION=(\S+)$", runtime, re.M) == ["13.2.1-1"]
+    assert f"FROM ${{IMAGE_NAME}}:13.2.1-runtime-{image_os} AS base" in cudnn
+    row = next(i for i in real_matrix.images if str(i.cuda) == "13.2.1")
+    assert image_os in row.os
+    assert row.cudnn_version == ri.parse_cudnn(cudnn)
+    assert row.source == ri.recorded_key(IMAGES_2026.parents[1])
