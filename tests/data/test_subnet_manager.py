@@ -105,7 +105,7 @@ def test_every_packaging_row_names_the_subnet_manager_packages(real_matrix):
 def test_the_floor_admits_every_gpu_that_needs_it(real_matrix):
     sm = real_matrix.subnet_manager
     needing = [g for g in real_matrix.gpus if sm.needed_by(g)]
-    assert [g.id for g in needing] == ["b200"]
+    assert [g.id for g in needing] == ["b300", "b200"]
     for gpu in needing:
         assert gpu.min_driver is not None
         assert gpu.min_driver.release[0] >= sm.min_branch
