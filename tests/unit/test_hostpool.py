@@ -243,7 +243,7 @@ def test_a_seeded_inventory_reaches_its_hosts_without_running_ansible_inventory(
     monkeypatch.setenv("PATH", str(tmp_path))
     inventory = str(tmp_path / "never-read.yml")
     hostvars = {
-        "ansible_host": "10.9.8.7",
+        "ansible_host": "127.9.8.7",
         "ansible_port": 2222,
         "ansible_user": "ops",
         "ansible_ssh_private_key_file": "/keys/ops",
@@ -252,7 +252,7 @@ def test_a_seeded_inventory_reaches_its_hosts_without_running_ansible_inventory(
     seed_ansible_inventory(inventory, {"gpu-z": hostvars})
     host = testinfra.get_host("ansible://gpu-z", ansible_inventory=inventory, sudo=True)
     line = ssh_argv(host, "nvidia-smi -L")[2]
-    for part in ("-o User=ops", "-o Port=2222", "-i /keys/ops", "-o StrictHostKeyChecking=no", "10.9.8.7"):
+    for part in ("-o User=ops", "-o Port=2222", "-i /keys/ops", "-o StrictHostKeyChecking=no", "127.9.8.7"):
         assert part in line, (part, line)
     assert "sudo /bin/sh -c" in line  # --sudo wraps the command as testinfra does
 
