@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import COMPAT, SHARED_FIXTURES
+from support import COMPAT
 
 from provision.doctor import diagnose_files, diagnose_named_texts, diagnose_texts, split_bundle
 from provision.doctor.model import Finding, Report
@@ -637,11 +637,3 @@ def test_refresh_renders_the_committed_file():
     assert [r["code"] for r in out["codes"]] == [13, 45, 162]
     with pytest.raises(RefreshError, match="NEW_BUCKET"):
         render(existing, [{**rows[0], "immediate_action": "NEW_BUCKET"}])
-
-
-def test_committed_catalogue_matches_the_shared_transcription():
-    source = SHARED_FIXTURES / "xid-catalog__nvidia-docs__via-gpud-mirror.md"
-    if not source.is_file():
-        pytest.skip("shared reference fixtures not present")
-    existing = yaml.safe_load((COMPAT / "xid.yaml").read_text())
-    assert render(existing, parse_catalog(source.read_text())) == (COMPAT / "xid.yaml").read_text()

@@ -1,5 +1,10 @@
-"""provision doctor over every real capture in the shared reference set (skipped where the set
-is absent). Expectations come from the file names, which say what each capture shows:
+"""provision doctor over every real capture in the shared reference set
+(../shared/reference/fixtures: captures published in other projects, which this repository
+does not copy). tests/run runs this folder with --shared-corpus when the set is there; run by
+hand with `pytest --shared-corpus tests/corpus`. Without the set, these tests fail rather than
+skip. The suite's own captures (tests/fixtures/doctor) cover every finding id checked here.
+
+Expectations come from the file names, which say what each capture shows:
 a fault keyword maps to the finding ids it must produce, and a file without one is a healthy
 capture that must produce no error finding.
 
@@ -15,10 +20,12 @@ import re
 from pathlib import Path
 
 import pytest
-from support import ROOT
+import yaml
+from support import COMPAT, ROOT
 
 from provision.doctor import classify, diagnose_files
 from provision.doctor.classify import DIAGNOSABLE
+from provision.doctor.xid_refresh import parse_catalog, render
 from provision.errors import InputError
 
 SHARED = ROOT.parent / "shared" / "reference" / "fixtures"
@@ -37,8 +44,6 @@ def captures() -> list[Path]:
         and not p.name.startswith("xid-catalog")
     )
 
-
-pytestmark = pytest.mark.skipif(not SHARED.is_dir(), reason="shared reference fixtures not present")
 
 # filename keyword -> finding ids the capture must produce
 FAULTS = {
@@ -97,6 +102,7 @@ def rejected_kind(name: str) -> str | None:
 
 
 def test_the_shared_set_is_there():
+    assert SHARED.is_dir(), f"{SHARED} is absent: the corpus run needs the shared reference set"
     assert len(captures()) >= 100
 
 
@@ -165,3 +171,10 @@ def test_every_capture_names_its_source():
     missing = [p.name for p in captures() if not (SHARED / f"{p.name}.source.txt").is_file()]
     assert not missing, missing
     assert (SHARED / "SOURCES.md").is_file()
+
+
+def test_committed_xid_catalogue_matches_the_shared_transcription():
+    """compat/xid.yaml is what the Xid refresh makes of the transcription of NVIDIA's Xid table."""
+    source = SHARED / "xid-catalog__nvidia-docs__via-gpud-mirror.md"
+    existing = yaml.safe_load((COMPAT / "xid.yaml").read_text())
+    assert render(existing, parse_catalog(source.read_text())) == (COMPAT / "xid.yaml").read_text()
