@@ -265,7 +265,7 @@ def representative_gpus(matrix):
 
 # Container OSes whose image facts (Python, glibc) images/os.yaml does not carry yet: their plans
 # resolve, but images are not rendered for them (compat/README.md "Left out").
-NO_IMAGE_FACTS = {"rockylinux8", "ubi8", "rockylinux10", "ubi10"}
+NO_IMAGE_FACTS = {"rockylinux10", "ubi10"}
 
 
 def sweep(matrix):
