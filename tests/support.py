@@ -7,6 +7,17 @@ ROOT = Path(__file__).resolve().parent.parent
 COMPAT = ROOT / "compat"
 FIXTURE_COMPAT = Path(__file__).resolve().parent / "fixtures" / "compat"
 SHARED_FIXTURES = ROOT.parent / "shared" / "reference" / "fixtures"
+# `nvidia-smi mig -lgipp` on a GPU of 7 compute slices, as NVIDIA's MIG user guide prints it for
+# the A100-SXM4-40GB and the H100 SXM5 (the same placements; compat/mig.yaml cites them).
+SEVEN_SLICE_LGIPP = """\
+GPU  0 Profile ID 19 Placements: {0,1,2,3,4,5,6}:1
+GPU  0 Profile ID 20 Placements: {0,1,2,3,4,5,6}:1
+GPU  0 Profile ID 15 Placements: {0,2,4,6}:2
+GPU  0 Profile ID 14 Placements: {0,2,4}:2
+GPU  0 Profile ID  9 Placements: {0,4}:4
+GPU  0 Profile ID  5 Placement : {0}:4
+GPU  0 Profile ID  0 Placement : {0}:8
+"""
 
 
 def make_compat(dest: Path, source: Path = FIXTURE_COMPAT) -> Path:

@@ -14,6 +14,7 @@ from fractions import Fraction
 
 import pytest
 from click.testing import CliRunner
+from support import SEVEN_SLICE_LGIPP
 
 from provision.cli.mig import mig_group
 from provision.errors import InputError
@@ -59,15 +60,7 @@ GH200_LGIP = """\
 |   0  MIG 7g.96gb        0     1/1        93.00      No     132    7     0   |
 """
 # -- the H100 SXM5 -lgipp (MIG user guide, getting started), whose layout the set assumes ---------
-H100_LGIPP = """\
-GPU  0 Profile ID 19 Placements: {0,1,2,3,4,5,6}:1
-GPU  0 Profile ID 20 Placements: {0,1,2,3,4,5,6}:1
-GPU  0 Profile ID 15 Placements: {0,2,4,6}:2
-GPU  0 Profile ID 14 Placements: {0,2,4}:2
-GPU  0 Profile ID  9 Placements: {0,4}:4
-GPU  0 Profile ID  5 Placement : {0}:4
-GPU  0 Profile ID  0 Placement : {0}:8
-"""
+H100_LGIPP = SEVEN_SLICE_LGIPP
 
 
 def guide_rows() -> dict[str, tuple[Fraction, Fraction, int]]:

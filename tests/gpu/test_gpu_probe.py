@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from livegpu import plan_target, probe
-from support import ROOT
+from support import ROOT, SEVEN_SLICE_LGIPP
 
 from provision.matrix.detect import catalogue_gpu
 
@@ -125,15 +125,7 @@ def test_gpu_tests_skip_with_the_reason_without_a_gpu(tmp_path):
 
 
 # `nvidia-smi mig -lgipp` on an A100-SXM4-40GB, as printed in NVIDIA's MIG user guide.
-A100_LGIPP = """\
-GPU  0 Profile ID 19 Placements: {0,1,2,3,4,5,6}:1
-GPU  0 Profile ID 20 Placements: {0,1,2,3,4,5,6}:1
-GPU  0 Profile ID 15 Placements: {0,2,4,6}:2
-GPU  0 Profile ID 14 Placements: {0,2,4}:2
-GPU  0 Profile ID  9 Placements: {0,4}:4
-GPU  0 Profile ID  5 Placement : {0}:4
-GPU  0 Profile ID  0 Placement : {0}:8
-"""
+A100_LGIPP = SEVEN_SLICE_LGIPP
 
 
 def fake_a100(tmp_path: Path, lgipp: str) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from support import ROOT
+from support import ROOT, SEVEN_SLICE_LGIPP
 
 from provision.matrix.detect import (
     catalogue_gpu,
@@ -20,15 +20,7 @@ DOCTOR = ROOT / "tests" / "fixtures" / "doctor"
 H200_QUERY = ROOT / "tests" / "gpu" / "data" / "query-gpu__h200__gpu-exporter.csv"
 # `nvidia-smi mig -lgipp` on an A100-SXM4-40GB, as printed in NVIDIA's MIG user guide
 # (the placements compat/mig.yaml cites for a100-40gb).
-A100_LGIPP = """\
-GPU  0 Profile ID 19 Placements: {0,1,2,3,4,5,6}:1
-GPU  0 Profile ID 20 Placements: {0,1,2,3,4,5,6}:1
-GPU  0 Profile ID 15 Placements: {0,2,4,6}:2
-GPU  0 Profile ID 14 Placements: {0,2,4}:2
-GPU  0 Profile ID  9 Placements: {0,4}:4
-GPU  0 Profile ID  5 Placement : {0}:4
-GPU  0 Profile ID  0 Placement : {0}:8
-"""
+A100_LGIPP = SEVEN_SLICE_LGIPP
 
 
 @pytest.mark.parametrize(
