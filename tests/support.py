@@ -27,6 +27,17 @@ def make_compat(dest: Path, source: Path = FIXTURE_COMPAT) -> Path:
     return dest
 
 
+def edited_compat(tmp_path: Path, file: str, old: str, new: str, source: Path = COMPAT) -> Path:
+    """A copy of a data directory (the live catalogue unless told) whose `file` has its first
+    `old` replaced by `new`; fails when `old` is gone, so a data refresh cannot empty the test."""
+    compat = make_compat(tmp_path / "compat", source)
+    path = compat / file
+    text = path.read_text()
+    assert old in text, f"{source} changed: {old!r} not in {file}"
+    path.write_text(text.replace(old, new, 1))
+    return compat
+
+
 BUILD_KINDS = {
     # a TensorFlow-style [and-cuda] build whose CUDA runtime wheel is a range
     "range": lambda b: bool(b.extra and b.cuda_runtime and b.cuda_runtime[0] in "<>=!~"),

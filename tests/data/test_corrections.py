@@ -2,11 +2,9 @@
 
 import datetime as dt
 import re
-import shutil
-from pathlib import Path
 
 import pytest
-from support import COMPAT
+from support import COMPAT, edited_compat
 
 from provision.errors import CompatDataError
 from provision.matrix.loader import load_matrix
@@ -77,16 +75,6 @@ def test_a_dated_end_of_life_counts_from_its_date():
     assert img.past_eol(dt.date(2025, 9, 10))
 
 
-def broken_copy(tmp_path: Path, file: str, old: str, new: str) -> Path:
-    compat = tmp_path / "compat"
-    shutil.copytree(COMPAT, compat)
-    path = compat / file
-    text = path.read_text()
-    assert old in text, f"catalogue changed: {old!r} not in {file}"
-    path.write_text(text.replace(old, new, 1))
-    return compat
-
-
 @pytest.mark.parametrize(
     ("old", "new", "what"),
     [
@@ -101,7 +89,7 @@ def broken_copy(tmp_path: Path, file: str, old: str, new: str) -> Path:
 )
 def test_image_eol_and_cudnn_os_are_checked(tmp_path, old, new, what):
     with pytest.raises(CompatDataError) as info:
-        load_matrix(broken_copy(tmp_path, "images.yaml", old, new))
+        load_matrix(edited_compat(tmp_path, "images.yaml", old, new))
     assert what in info.value.message
 
 
@@ -356,5 +344,5 @@ def test_pinning_the_image_number_is_refused_with_the_toolkit_to_pin(real_matrix
 )
 def test_image_toolkits_are_checked(tmp_path, old, new, what):
     with pytest.raises(CompatDataError) as info:
-        load_matrix(broken_copy(tmp_path, "images.yaml", old, new))
+        load_matrix(edited_compat(tmp_path, "images.yaml", old, new))
     assert what in str(info.value)

@@ -3,11 +3,9 @@ Fabric Manager. Each test reads the catalogue rows (gpus.yaml nvswitch_generatio
 subnet_manager) and the sources they cite, then the plans they make."""
 
 import re
-import shutil
-from pathlib import Path
 
 import pytest
-from support import COMPAT
+from support import edited_compat
 
 from provision.errors import CompatDataError, NoCompatibleStack
 from provision.fleet.extravars import to_extravars
@@ -111,16 +109,6 @@ def test_the_floor_admits_every_gpu_that_needs_it(real_matrix):
         assert gpu.min_driver.release[0] >= sm.min_branch
 
 
-def broken_copy(tmp_path: Path, file: str, old: str, new: str) -> Path:
-    compat = tmp_path / "compat"
-    shutil.copytree(COMPAT, compat)
-    path = compat / file
-    text = path.read_text()
-    assert old in text, f"catalogue changed: {old!r} not in {file}"
-    path.write_text(text.replace(old, new, 1))
-    return compat
-
-
 @pytest.mark.parametrize(
     ("file", "old", "new", "what"),
     [
@@ -148,7 +136,7 @@ def broken_copy(tmp_path: Path, file: str, old: str, new: str) -> Path:
 )
 def test_the_schema_and_invariants_hold_the_rows(tmp_path, file, old, new, what):
     with pytest.raises(CompatDataError) as info:
-        load_matrix(broken_copy(tmp_path, file, old, new))
+        load_matrix(edited_compat(tmp_path, file, old, new))
     assert what in str(info.value)
 
 

@@ -1,22 +1,12 @@
 """Broken data is reported with the file and the key path (exit 3), never loaded."""
 
 import re
-from pathlib import Path
 
 import pytest
-from support import make_compat
+from support import FIXTURE_COMPAT, edited_compat, make_compat
 
 from provision.errors import CompatDataError
 from provision.matrix.loader import key_path, load_matrix
-
-
-def broken(tmp_path: Path, file: str, old: str, new: str) -> Path:
-    compat = make_compat(tmp_path / "compat")
-    path = compat / file
-    text = path.read_text()
-    assert old in text, f"fixture changed: {old!r} not in {file}"
-    path.write_text(text.replace(old, new, 1))
-    return compat
 
 
 @pytest.mark.parametrize(
@@ -42,7 +32,7 @@ def broken(tmp_path: Path, file: str, old: str, new: str) -> Path:
     ],
 )
 def test_schema_errors_name_file_and_key(tmp_path, file, old, new, where, what):
-    compat = broken(tmp_path, file, old, new)
+    compat = edited_compat(tmp_path, file, old, new, FIXTURE_COMPAT)
     with pytest.raises(CompatDataError) as info:
         load_matrix(compat)
     err = info.value
@@ -74,14 +64,14 @@ def test_schema_errors_name_file_and_key(tmp_path, file, old, new, where, what):
     ],
 )
 def test_invariants(tmp_path, file, old, new, what):
-    compat = broken(tmp_path, file, old, new)
+    compat = edited_compat(tmp_path, file, old, new, FIXTURE_COMPAT)
     with pytest.raises(CompatDataError, match=re.escape(what)) as info:
         load_matrix(compat)
     assert info.value.exit_code == 3
 
 
 def test_invalid_yaml_names_the_line(tmp_path):
-    compat = broken(tmp_path, "os.yaml", "os:\n", "os:\n  - {id: [\n")
+    compat = edited_compat(tmp_path, "os.yaml", "os:\n", "os:\n  - {id: [\n", FIXTURE_COMPAT)
     with pytest.raises(CompatDataError, match=r"os\.yaml: line \d+: invalid YAML"):
         load_matrix(compat)
 
