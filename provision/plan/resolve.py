@@ -91,6 +91,7 @@ class Context:
         "host",
         "kinds",
         "matrix",
+        "memo",
         "min_driver",
         "nvswitch",
         "os",
@@ -119,8 +120,10 @@ class Context:
         subnet_manager: m.SubnetManager | None = None,
         host: str = m.DEFAULT_ARCH,
         gpu_modules: tuple[str, ...] | None = None,
+        memo: dict | None = None,
     ) -> None:
         self.matrix, self.request, self.os, self.pins = matrix, request, os, pins
+        self.memo = memo  # resolve()'s memo: what the catalogue gives the same inputs, worked out once
         self.subnet_manager = subnet_manager  # the catalogue's, when this GPU's NVSwitch needs it
         self.gpu_id, self.gpu_name, self.gpus, self.arch = gpu_id, gpu_name, gpus, arch
         self.cc, self.nvswitch, self.min_driver = cc, nvswitch, min_driver
@@ -135,9 +138,22 @@ class Context:
 
     def drop(self, candidate: str, why: str, kind: str) -> None:
         self.kinds.add(kind)
-        if (candidate, why) not in self.eliminated:
+        if (candidate, why) not in self.rule_of:  # the keys of rule_of are the eliminations
             self.eliminated.append((candidate, why))
             self.rule_of[(candidate, why)] = kind
+
+
+def _kept(ctx: Context, key: tuple, make, *args):
+    """make(*args), kept in the resolution's memo under ``key``, which must name everything make
+    reads (the catalogue aside: a memo serves one matrix); made anew where there is no memo."""
+    memo = ctx.memo
+    if memo is None:
+        return make(*args)
+    try:
+        return memo[key]
+    except KeyError:
+        value = memo[key] = make(*args)
+        return value
 
 
 class DriverChoice(NamedTuple):
@@ -176,12 +192,13 @@ def resolve(matrix: m.Matrix, request: PlanRequest, *, suggest: bool = True, mem
     """Resolve a request; NoCompatibleStack says what was tried and which pins would work.
 
     ``memo``: a dict that requests resolved against the same matrix share (``provision matrix
-    check`` passes one), so that each request's driver and CUDA candidates are worked out once
-    per (OS, GPU); the plans and refusals are the same as without it.
+    check`` passes one), so that what the catalogue gives the same inputs (an OS and GPU's facts,
+    driver candidates, framework builds, each CUDA release's images, parts of a plan) is worked
+    out once; the plans and refusals are the same as without it, eliminations in the same order.
     """
     mig = _mig(matrix, request) if request.mig else None
-    ctx = context(matrix, request)
-    plan = _search(ctx, memo)
+    ctx = context(matrix, request, memo)
+    plan = _search(ctx)
     if plan is not None:
         if mig is not None:
             plan = plan._replace(mig=mig[0], reasons=(*plan.reasons, mig[1]))
@@ -230,7 +247,25 @@ def _mig(matrix: m.Matrix, request: PlanRequest):
     return mig, Reason("mig", text, profile_set.sources[0] if profile_set.sources else None)
 
 
-def context(matrix: m.Matrix, request: PlanRequest) -> Context:
+def context(matrix: m.Matrix, request: PlanRequest, memo: dict | None = None) -> Context:
+    """The request's facts and pins; with a memo, each (OS, GPU, policy)'s facts and each set of
+    pins are worked out once (refusals are not kept: they are raised anew each time)."""
+    if memo is None:
+        facts = _facts(matrix, request)  # first: its refusals come before a bad pin's
+        return Context(matrix=matrix, request=request, pins=parse_pins(matrix, request), **facts)
+    key = ("facts", request.os, request.gpu, request.policy)
+    facts = memo.get(key)
+    if facts is None:
+        facts = memo[key] = _facts(matrix, request)
+    pins_key = ("pins", request.driver, request.cuda, request.cudnn, request.framework)
+    pins = memo.get(pins_key)
+    if pins is None:
+        pins = memo[pins_key] = parse_pins(matrix, request)
+    return Context(matrix=matrix, request=request, pins=pins, memo=memo, **facts)
+
+
+def _facts(matrix: m.Matrix, request: PlanRequest) -> dict:
+    """What Context takes from the request's OS, GPU and policy (every refusal of those three)."""
     os_rel = matrix.os(request.os)
     gpu_id, gpus = matrix.gpu_members(request.gpu)
     first = gpus[0]
@@ -269,22 +304,19 @@ def context(matrix: m.Matrix, request: PlanRequest) -> Context:
     limits = [g.kernel_modules for g in gpus if g.kernel_modules is not None]
     mins = [g.min_driver for g in gpus if g.min_driver is not None]
     group = matrix.group(gpu_id)
-    return Context(
-        matrix=matrix,
-        request=request,
-        os=os_rel,
-        gpu_id=gpu_id,
-        gpu_name=group.name if group else first.name,
-        gpus=gpus,
-        arch=matrix.architecture(first.architecture),
-        cc=first.compute_capability,
-        nvswitch=first.nvswitch,
-        min_driver=max(mins) if mins else None,
-        pins=parse_pins(matrix, request),
-        subnet_manager=sm if (sm := matrix.subnet_manager) is not None and sm.needed_by(first) else None,
-        host=host,
-        gpu_modules=tuple(k for k in limits[0] if all(k in lim for lim in limits)) if limits else None,
-    )
+    return {
+        "os": os_rel,
+        "gpu_id": gpu_id,
+        "gpu_name": group.name if group else first.name,
+        "gpus": gpus,
+        "arch": matrix.architecture(first.architecture),
+        "cc": first.compute_capability,
+        "nvswitch": first.nvswitch,
+        "min_driver": max(mins) if mins else None,
+        "subnet_manager": sm if (sm := matrix.subnet_manager) is not None and sm.needed_by(first) else None,
+        "host": host,
+        "gpu_modules": tuple(k for k in limits[0] if all(k in lim for lim in limits)) if limits else None,
+    }
 
 
 def _os_arch_refusal(matrix: m.Matrix, os_rel: m.OsRelease, gpu_id: str, host: str) -> NoCompatibleStack:
@@ -389,18 +421,17 @@ def parse_pins(matrix: m.Matrix, request: PlanRequest) -> Pins:
 
 
 # -- search ----------------------------------------------------------------------------------
-def _search(ctx: Context, memo: dict | None = None) -> Plan | None:
-    drivers = list(_driver_candidates(ctx)) if memo is None else _memo_drivers(ctx, memo)
+def _search(ctx: Context) -> Plan | None:
+    drivers = list(_driver_candidates(ctx)) if ctx.memo is None else _memo_drivers(ctx, ctx.memo)
     if not drivers:
         return None
-    builds = list(_framework_candidates(ctx))
+    builds = _framework_candidates(ctx)
     if ctx.pins.framework is not None and not builds:
         return None
     for allow_minor in (False, True):
         for drv in drivers:
             for fw_release, build in builds or [(None, None)]:
-                cudas = _cuda_candidates(ctx, build) if memo is None else _memo_cudas(ctx, build, memo)
-                for cuda, image in cudas:
+                for cuda, image in _cuda_candidates(ctx, build):
                     plan = _try(ctx, Candidate(drv, fw_release, build, cuda, image), allow_minor=allow_minor)
                     if plan is not None:
                         return plan
@@ -426,41 +457,6 @@ def _memo_drivers(ctx: Context, memo: dict) -> list[DriverChoice]:
     ctx.kinds.update(kinds)
     ctx.skipped.extend(skipped)
     return list(drivers)
-
-
-class _Recorder(Context):
-    """A copy of a context whose drop() records each elimination instead of making it (_memo_cudas)."""
-
-    __slots__ = ("events",)
-
-    def __init__(self, ctx: Context) -> None:  # every slot of ctx, not Context.__init__'s arguments
-        for name in Context.__slots__:
-            setattr(self, name, getattr(ctx, name))
-        self.events: list[tuple] = []
-
-    def drop(self, candidate: str, why: str, kind: str) -> None:
-        self.events.append(("drop", candidate, why, kind))
-
-
-def _memo_cudas(
-    ctx: Context, build: m.FrameworkBuild | None, memo: dict
-) -> Iterator[tuple[m.CudaRelease, m.ImageRelease]]:
-    """_cuda_candidates(ctx, build), worked out once per request that differs only in the pins it
-    never reads (driver, policy, cuDNN, framework, MIG) and per what it reads of the build, then
-    replayed lazily: each elimination is made when the original generator would have made it."""
-    request = ctx.request._replace(driver=None, policy="lts", cudnn=None, framework=None, mig=None)
-    key = ("cudas", request, _cuda_build_key(build))
-    events = memo.get(key)
-    if events is None:
-        recorder = _Recorder(ctx)
-        for item in _cuda_candidates(recorder, build):
-            recorder.events.append(("yield", item))
-        events = memo[key] = recorder.events
-    for event in events:
-        if event[0] == "yield":
-            yield event[1]
-        else:
-            ctx.drop(*event[1:])
 
 
 def _driver_candidates(ctx: Context) -> Iterator[DriverChoice]:
@@ -559,30 +555,50 @@ def _subnet_manager_refusal(ctx: Context, branch: int, packaging: m.DriverPackag
     return None
 
 
-def _framework_candidates(ctx: Context) -> Iterator[tuple[m.FrameworkRelease, m.FrameworkBuild]]:
+def _framework_candidates(ctx: Context) -> list[tuple[m.FrameworkRelease, m.FrameworkBuild]]:
+    """The framework builds to try, in order, each refused one eliminated; with a memo, worked
+    out once per framework pin, CUDA pin, host and compute capability (all that is read here)."""
+    if ctx.pins.framework is None:
+        return []
+    key = ("frameworks", ctx.request.framework, ctx.pins.cuda, ctx.host, ctx.cc)
+    known = None if ctx.memo is None else ctx.memo.get(key)
+    if known is None:
+        known = _framework_builds(ctx)
+        if ctx.memo is not None:
+            ctx.memo[key] = known
+    drops, builds = known
+    for drop in drops:
+        ctx.drop(*drop)
+    return list(builds)
+
+
+def _framework_builds(ctx: Context) -> tuple[tuple[tuple[str, str, str], ...], tuple]:
+    """(eliminations (candidate, why, rule) in order, the (release, build) pairs that pass)."""
     fw = ctx.pins.framework
-    if fw is None:
-        return
     releases = [ctx.pins.framework_release] if ctx.pins.framework_release else list(fw.releases)
+    drops, builds = [], []
     for rel in releases:
         assert rel is not None
         for build in sorted(rel.builds, key=lambda b: (not b.default, [-x for x in b.cuda_version.release])):
             name = f"{fw.package}=={rel.version} ({build.variant})"
             if ctx.host not in build.arches:
-                ctx.drop(
-                    name,
-                    f"no {ctx.host} CUDA wheels (the build's wheels are for {'/'.join(build.arches)})",
-                    "framework-arch",
+                drops.append(
+                    (
+                        name,
+                        f"no {ctx.host} CUDA wheels (the build's wheels are for {'/'.join(build.arches)})",
+                        "framework-arch",
+                    )
                 )
                 continue
             if ctx.pins.cuda is not None and ".".join(ctx.pins.cuda.split(".")[:2]) != build.cuda:
-                ctx.drop(name, f"built for CUDA {build.cuda}, not --cuda {ctx.pins.cuda}", "framework-cuda")
+                drops.append((name, f"built for CUDA {build.cuda}, not --cuda {ctx.pins.cuda}", "framework-cuda"))
                 continue
             ok, how = carries_sm(ctx.matrix, build, ctx.cc)
             if not ok:
-                ctx.drop(name, how, "framework-sm")
+                drops.append((name, how, "framework-sm"))
                 continue
-            yield rel, build
+            builds.append((rel, build))
+    return tuple(drops), tuple(builds)
 
 
 def carries_sm(matrix: m.Matrix, build: m.FrameworkBuild, cc: str) -> tuple[bool, str]:
@@ -612,8 +628,9 @@ def _cuda_candidates(ctx: Context, build: m.FrameworkBuild | None) -> Iterator[t
     every supported one (NVIDIA deletes their tags six months later), so they are chosen only when
     nothing supported fits, or when pinned."""
     past_eol = []
+    as_of = ctx.matrix.as_of
     for cuda, image in _cuda_images(ctx, build):
-        if image.past_eol(ctx.matrix.as_of):
+        if image.past_eol(as_of):
             past_eol.append((cuda, image))
         else:
             yield cuda, image
@@ -621,19 +638,64 @@ def _cuda_candidates(ctx: Context, build: m.FrameworkBuild | None) -> Iterator[t
 
 
 def _cuda_images(ctx: Context, build: m.FrameworkBuild | None) -> Iterator[tuple[m.CudaRelease, m.ImageRelease]]:
+    """Each CUDA release the pin and the build allow, newest first, with its images that fit; the
+    eliminations are made as the search reaches each release (a refusal lists them in that order)."""
     flavour = _base_flavour(build)
-    for cuda in ctx.matrix.cuda:
-        name = f"cuda {cuda.version}"
-        if ctx.pins.cuda is not None and not prefix_matches(ctx.pins.cuda, cuda.version):
-            continue
-        if build is not None and major_minor(cuda.version) != build.cuda:
-            continue
-        if not ctx.matrix.cuda_supports_cc(cuda.version, ctx.cc):
-            ctx.drop(name, f"cannot build for sm_{ctx.cc.replace('.', '')} ({ctx.arch.name})", "cuda-sm")
-            continue
+    indices, catalogued = _cuda_lines(ctx, build)
+    for index in indices:
+        for event in _cuda_release(ctx, index, flavour):
+            if len(event) == 2:
+                yield event
+            else:
+                ctx.drop(*event)
+    if not catalogued:
+        ctx.drop(
+            f"cuda {build.cuda}",
+            f"not in the catalogue (oldest catalogued: {ctx.matrix.cuda[-1].version})",
+            "cuda-uncatalogued",
+        )
+
+
+def _cuda_lines(ctx: Context, build: m.FrameworkBuild | None) -> tuple[tuple[int, ...], bool]:
+    """(indices into matrix.cuda of the releases matching the CUDA pin and the build's CUDA line,
+    whether the build's line is catalogued at all); with a memo, once per pin and line."""
+    pin, line = ctx.pins.cuda, None if build is None else build.cuda
+    key = ("cuda-lines", pin, line)
+    known = None if ctx.memo is None else ctx.memo.get(key)
+    if known is None:
+        cudas = ctx.matrix.cuda
+        known = (
+            tuple(
+                i
+                for i, cuda in enumerate(cudas)
+                if (pin is None or prefix_matches(pin, cuda.version))
+                and (line is None or major_minor(cuda.version) == line)
+            ),
+            line is None or any(major_minor(c.version) == line for c in cudas),
+        )
+        if ctx.memo is not None:
+            ctx.memo[key] = known
+    return known
+
+
+def _cuda_release(ctx: Context, index: int, flavour: str) -> tuple[tuple, ...]:
+    """What matrix.cuda[index] gives a request: (cuda, image) for each image set that fits, and
+    (candidate, why, rule) for each elimination, in order. It reads the GPU's compute capability
+    and architecture, the OS's image suffix, the host and the base image flavour, and nothing else
+    of the request: with a memo, it is worked out once for each of those."""
+    key = ("cuda-release", index, ctx.cc, ctx.arch.name, ctx.os.cuda_image_os, ctx.host, flavour)
+    known = None if ctx.memo is None else ctx.memo.get(key)
+    if known is not None:
+        return known
+    cuda = ctx.matrix.cuda[index]
+    name = f"cuda {cuda.version}"
+    events: list[tuple] = []
+    img_os = ctx.os.cuda_image_os
+    if not ctx.matrix.cuda_supports_cc(cuda.version, ctx.cc):
+        events.append((name, f"cannot build for sm_{ctx.cc.replace('.', '')} ({ctx.arch.name})", "cuda-sm"))
+    else:
         # every image set that carries the toolkit: its own, and those numbered past it (12.9.2
         # carries 12.9.1 with a newer cuBLAS); _cuda_candidates puts sets past end of life last
-        img_os = ctx.os.cuda_image_os
         images = [i for i in ctx.matrix.images_for(cuda.version) if flavour in i.flavours_for(img_os)]
         if not images:
             published = [
@@ -642,31 +704,24 @@ def _cuda_images(ctx: Context, build: m.FrameworkBuild | None) -> Iterator[tuple
                 if img_os in i.os and major_minor(i.cuda) == major_minor(cuda.version)
             ]
             also = f" (published for {major_minor(cuda.version)}: {', '.join(published)})" if published else ""
-            ctx.drop(name, f"no nvidia/cuda {flavour} image for {img_os}{also}", "image")
-            continue
+            events.append((name, f"no nvidia/cuda {flavour} image for {img_os}{also}", "image"))
         platform = m.PLATFORMS[ctx.host]
         for image in images:
             if platform not in image.platforms:
                 sets = f"nvidia/cuda {image.cuda} images" if image.cuda != cuda.version else "its nvidia/cuda images"
-                ctx.drop(
-                    name,
-                    f"{sets} are confirmed for {'/'.join(image.platforms)} only, not {platform}",
-                    "image-platform",
+                events.append(
+                    (
+                        name,
+                        f"{sets} are confirmed for {'/'.join(image.platforms)} only, not {platform}",
+                        "image-platform",
+                    )
                 )
                 continue
-            yield cuda, image
-    if build is not None and not any(major_minor(c.version) == build.cuda for c in ctx.matrix.cuda):
-        ctx.drop(
-            f"cuda {build.cuda}",
-            f"not in the catalogue (oldest catalogued: {ctx.matrix.cuda[-1].version})",
-            "cuda-uncatalogued",
-        )
-
-
-def _cuda_build_key(build: m.FrameworkBuild | None) -> tuple | None:
-    """What _cuda_images reads of a build (its CUDA line and base image flavour): builds alike in
-    these share their CUDA candidates in a memo (_memo_cudas). Keep it in step with _cuda_images."""
-    return None if build is None else (build.cuda, _base_flavour(build))
+            events.append((cuda, image))
+    known = tuple(events)
+    if ctx.memo is not None:
+        ctx.memo[key] = known
+    return known
 
 
 def _base_flavour(build: m.FrameworkBuild | None) -> str:
@@ -676,13 +731,11 @@ def _base_flavour(build: m.FrameworkBuild | None) -> str:
 
 
 def _try(ctx: Context, cand: Candidate, *, allow_minor: bool) -> Plan | None:
-    drv, fw_release, build, cuda, image = cand
-    combo = f"{drv.branch.label} {drv.release.version} + cuda {cuda.version}"
-    if build is not None:
-        combo += f" + {ctx.pins.framework.package}=={fw_release.version} ({build.variant})"
+    drv, _, build, cuda, image = cand
     version = drv.release.version
     compat = "toolkit-driver"
-    floor = ctx.matrix.minor_compat_floor(cuda.version.release[0])
+    major = cuda.version.release[0]
+    floor = _kept(ctx, ("minor-compat", major), ctx.matrix.minor_compat_floor, major)
     if version < cuda.min_driver:
         if allow_minor and floor is not None and version >= floor.min_driver:
             compat = "minor-version"
@@ -691,7 +744,7 @@ def _try(ctx: Context, cand: Candidate, *, allow_minor: bool) -> Plan | None:
             if floor is not None and version >= floor.min_driver:
                 extra = f"; minor-version compatibility (>= {floor.min_driver}) is kept for when no stack meets it"
             ctx.drop(
-                combo,
+                _combo(ctx, cand),
                 f"CUDA {cuda.version} needs driver >= {cuda.min_driver} (release notes, Table 3){extra}",
                 "cuda-driver",
             )
@@ -700,30 +753,56 @@ def _try(ctx: Context, cand: Candidate, *, allow_minor: bool) -> Plan | None:
     if ctx.pins.cudnn is not None:
         if cudnn_version is None:
             ctx.drop(
-                combo,
+                _combo(ctx, cand),
                 f"the cuDNN build in the nvidia/cuda {image.cuda} images is not catalogued, so --cudnn {ctx.pins.cudnn} cannot be checked",
                 "cudnn-pin",
             )
             return None
         if not prefix_matches(ctx.pins.cudnn, Version(cudnn_version)):
-            ctx.drop(combo, f"cuDNN {cudnn_version} ({origin}) does not match --cudnn {ctx.pins.cudnn}", "cudnn-pin")
+            ctx.drop(
+                _combo(ctx, cand),
+                f"cuDNN {cudnn_version} ({origin}) does not match --cudnn {ctx.pins.cudnn}",
+                "cudnn-pin",
+            )
             return None
     cudnn_reason = None
     if cudnn_version is not None:
         # cuDNN is part of the stack when asked for (--cudnn) or when the framework uses it; a
         # plain CUDA plan only reports the image's cuDNN, and leaves it out when unconfirmed.
         required = ctx.pins.cudnn is not None or build is not None
-        ok, why, min_driver = cudnn_supports(ctx.matrix, Version(cudnn_version), cuda.version, ctx.cc, origin)
+        ok, why, min_driver = _kept(
+            ctx,
+            ("cudnn-supports", cudnn_version, cuda.version, ctx.cc, origin),
+            _cudnn_supports,
+            ctx.matrix,
+            cudnn_version,
+            cuda.version,
+            ctx.cc,
+            origin,
+        )
         if ok and min_driver is not None and version < min_driver:
             ok, why = False, f"needs driver >= {min_driver}"
         if not ok and required:
-            ctx.drop(combo, f"cuDNN {cudnn_version}: {why}", "cudnn-support")
+            ctx.drop(_combo(ctx, cand), f"cuDNN {cudnn_version}: {why}", "cudnn-support")
             return None
         if not ok:
             cudnn_version, cudnn_reason = None, f"the images' cuDNN {image.cudnn_version} is left out: {why}"
         else:
             cudnn_reason = why
     return _build_plan(ctx, cand, CudaLink(compat, floor), CudnnChoice(cudnn_version, origin, cudnn_reason))
+
+
+def _combo(ctx: Context, cand: Candidate) -> str:
+    """A candidate stack as an elimination names it."""
+    drv, fw_release, build, cuda, _ = cand
+    combo = f"{drv.branch.label} {drv.release.version} + cuda {cuda.version}"
+    if build is not None:
+        combo += f" + {ctx.pins.framework.package}=={fw_release.version} ({build.variant})"
+    return combo
+
+
+def _cudnn_supports(matrix: m.Matrix, cudnn: str, cuda: Version, cc: str, origin: str) -> tuple:
+    return cudnn_supports(matrix, Version(cudnn), cuda, cc, origin)
 
 
 def _cudnn_for(build: m.FrameworkBuild | None, image: m.ImageRelease) -> tuple[str | None, str]:
@@ -806,71 +885,115 @@ def _driver_reasons(ctx: Context, b: m.DriverBranch, release: m.DriverRelease, m
 
 
 def _build_plan(ctx: Context, cand: Candidate, link: CudaLink, cudnn: CudnnChoice) -> Plan:
-    """The Plan of a candidate that passed every rule, one part (and its reasons) at a time."""
-    driver, reasons = _driver_part(ctx, cand.drv)
+    """The Plan of a candidate that passed every rule, one part (and its reasons) at a time. With
+    a memo, parts that other requests share (the host, the driver and what hangs on it, the image,
+    the framework build) are built once, keyed by all they read."""
+    drv, build = cand.drv, cand.build
+    request = ctx.request
+    plan_os, plan_gpu, os_why, gpu_why = _kept(ctx, ("host-part", ctx.os.id, ctx.gpu_id), _host_part, ctx)
+    driver_key = (
+        "driver-part",
+        ctx.os.id,
+        ctx.gpu_id,
+        request.driver,
+        request.policy,
+        drv.branch.branch,
+        drv.release.version,
+        drv.module,
+    )
+    driver, driver_reasons, fabric, subnet_manager, hardware_reasons = _kept(ctx, driver_key, _driver_parts, ctx, drv)
+    reasons = list(driver_reasons)
     cuda, driver_floor, why = _cuda_part(ctx, cand, link)
     reasons.append(why)
-    base_image, images, why = _image_part(ctx, cand)
+    image_key = ("image-part", cand.image, cand.cuda.version, ctx.os.id, _base_flavour(build))
+    base_image, images, why = _kept(ctx, image_key, _image_part, ctx, cand)
     reasons.append(why)
     plan_cudnn, why = _cudnn_part(cand, cudnn)
     reasons.append(why)
-    framework = _framework_part(ctx, cand, reasons)
-    fabric = _fabric_part(ctx, driver, cand.drv.packaging, reasons)
-    subnet_manager = _subnet_manager_part(ctx, cand.drv.packaging, reasons)
-    toolkit = ctx.matrix.toolkit[0]
-    reasons.append(
-        Reason(
-            "container-toolkit",
-            f"NVIDIA Container Toolkit {toolkit.version}: newest catalogued release ({toolkit.date})",
-            toolkit.source,
-        )
-    )
-    os_rel = ctx.os
+    framework = None
+    if build is not None:
+        fw_key = ("framework-part", ctx.pins.framework.id, cand.fw_release.version, build, ctx.host, ctx.cc)
+        framework, why = _kept(ctx, fw_key, _framework_part, ctx, cand)
+        reasons.append(why)
+    reasons += hardware_reasons
+    toolkit, why = _kept(ctx, ("toolkit-part",), _toolkit_part, ctx.matrix)
+    reasons.append(why)
     return Plan(
-        request=ctx.request,
-        os=PlanOs(
-            os_rel.id,
-            os_rel.name,
-            os_rel.family,
-            os_rel.distribution,
-            os_rel.version,
-            os_rel.pkg_manager,
-            os_rel.nvidia_repo,
-            os_rel.kernel_headers,
-            os_rel.cuda_image_os,
-            ctx.host,
-            ctx.repo_arch,
-        ),
-        gpu=PlanGpu(
-            ctx.gpu_id,
-            ctx.gpu_name,
-            ctx.cc,
-            ctx.arch.id,
-            tuple(g.id for g in ctx.gpus),
-            ctx.nvswitch,
-            all(g.mig is not None for g in ctx.gpus),
-            tuple(sorted({p for g in ctx.gpus for p in g.pci_device_ids})),
-        ),
+        request=request,
+        os=plan_os,
+        gpu=plan_gpu,
         driver=driver,
         cuda=cuda,
         cudnn=plan_cudnn,
         framework=framework,
         fabric_manager=fabric,
-        container_toolkit=PlanToolkit(
-            str(toolkit.version), tuple(Package(p, str(toolkit.version)) for p in toolkit.packages)
-        ),
+        container_toolkit=toolkit,
         base_image=base_image,
-        images=images,
+        images=dict(images),
         driver_floor=driver_floor,
         platform=m.PLATFORMS[ctx.host],
-        reasons=(
-            Reason("os", _os_text(ctx), os_rel.sources[0]),
-            Reason("gpu", _gpu_text(ctx), ctx.gpus[0].sources[0]),
-            *reasons,
-        ),
-        data=PlanData(str(ctx.matrix.as_of), _data_digest(ctx.matrix)),
+        reasons=(os_why, gpu_why, *reasons),
+        data=_kept(ctx, ("plan-data",), _plan_data, ctx.matrix),
         subnet_manager=subnet_manager,
     )
+
+
+def _host_part(ctx: Context) -> tuple[PlanOs, PlanGpu, Reason, Reason]:
+    """The plan's OS and GPU, and their reasons: what the request's OS and GPU alone decide."""
+    os_rel = ctx.os
+    plan_os = PlanOs(
+        os_rel.id,
+        os_rel.name,
+        os_rel.family,
+        os_rel.distribution,
+        os_rel.version,
+        os_rel.pkg_manager,
+        os_rel.nvidia_repo,
+        os_rel.kernel_headers,
+        os_rel.cuda_image_os,
+        ctx.host,
+        ctx.repo_arch,
+    )
+    plan_gpu = PlanGpu(
+        ctx.gpu_id,
+        ctx.gpu_name,
+        ctx.cc,
+        ctx.arch.id,
+        tuple(g.id for g in ctx.gpus),
+        ctx.nvswitch,
+        all(g.mig is not None for g in ctx.gpus),
+        tuple(sorted({p for g in ctx.gpus for p in g.pci_device_ids})),
+    )
+    return (
+        plan_os,
+        plan_gpu,
+        Reason("os", _os_text(ctx), os_rel.sources[0]),
+        Reason("gpu", _gpu_text(ctx), ctx.gpus[0].sources[0]),
+    )
+
+
+def _driver_parts(ctx: Context, drv: DriverChoice) -> tuple:
+    """(driver, its reasons, Fabric Manager, NVLink Subnet Manager, their reasons): what the
+    driver choice decides with the OS, the GPU, the driver pin and the policy (its reasons)."""
+    driver, reasons = _driver_part(ctx, drv)
+    hardware: list[Reason] = []
+    fabric = _fabric_part(ctx, driver, drv.packaging, hardware)
+    subnet_manager = _subnet_manager_part(ctx, drv.packaging, hardware)
+    return driver, tuple(reasons), fabric, subnet_manager, tuple(hardware)
+
+
+def _toolkit_part(matrix: m.Matrix) -> tuple[PlanToolkit, Reason]:
+    toolkit = matrix.toolkit[0]
+    why = Reason(
+        "container-toolkit",
+        f"NVIDIA Container Toolkit {toolkit.version}: newest catalogued release ({toolkit.date})",
+        toolkit.source,
+    )
+    return PlanToolkit(str(toolkit.version), tuple(Package(p, str(toolkit.version)) for p in toolkit.packages)), why
+
+
+def _plan_data(matrix: m.Matrix) -> PlanData:
+    return PlanData(str(matrix.as_of), _data_digest(matrix))
 
 
 def _driver_part(ctx: Context, drv: DriverChoice) -> tuple[PlanDriver, list[Reason]]:
@@ -942,14 +1065,19 @@ def _cuda_part(ctx: Context, cand: Candidate, link: CudaLink) -> tuple[PlanCuda,
         f"and has {ctx.os.cuda_image_os} images; {cuda_why}",
         cuda.source,
     )
-    targets = tuple(
+    targets = _kept(ctx, ("cuda-targets", cuda.version), _cuda_targets, ctx.matrix, cuda.version)
+    part = PlanCuda(str(cuda.version), cuda.label, str(cuda.min_driver), link.compat, targets or None)
+    return part, driver_floor, why
+
+
+def _cuda_targets(matrix: m.Matrix, version: Version) -> tuple[str, ...]:
+    """The compute capabilities a CUDA release builds for, oldest first."""
+    return tuple(
         sorted(
-            {s.compute_capability for s in ctx.matrix.compute_support if s.cuda.contains(cuda.version)},
+            {s.compute_capability for s in matrix.compute_support if s.cuda.contains(version)},
             key=lambda cc: tuple(int(x) for x in cc.split(".")),
         )
     )
-    part = PlanCuda(str(cuda.version), cuda.label, str(cuda.min_driver), link.compat, targets or None)
-    return part, driver_floor, why
 
 
 def _image_part(ctx: Context, cand: Candidate) -> tuple[str, dict[str, str], Reason]:
@@ -991,21 +1119,17 @@ def _cudnn_part(cand: Candidate, cudnn: CudnnChoice) -> tuple[PlanCudnn | None, 
     return None, why
 
 
-def _framework_part(ctx: Context, cand: Candidate, reasons: list[Reason]) -> PlanFramework | None:
+def _framework_part(ctx: Context, cand: Candidate) -> tuple[PlanFramework, Reason]:
     build, fw_release = cand.build, cand.fw_release
-    if build is None:
-        return None
     fw = ctx.pins.framework
     requirement = f"{fw.package}{build.requirement_extra}=={fw_release.version}"
     index = build.index_url or "the package index default (pypi.org)"
     _, how = carries_sm(ctx.matrix, build, ctx.cc)
     pins = f"CUDA runtime {build.cuda_runtime}" if build.cuda_runtime else f"CUDA {build.cuda}"
-    reasons.append(
-        Reason(
-            "framework",
-            f"{requirement} from {index}: {build.variant} build ({pins}, cuDNN {build.cudnn}); {how}",
-            build.source,
-        )
+    why = Reason(
+        "framework",
+        f"{requirement} from {index}: {build.variant} build ({pins}, cuDNN {build.cudnn}); {how}",
+        build.source,
     )
     return PlanFramework(
         name=fw.id,
@@ -1022,7 +1146,7 @@ def _framework_part(ctx: Context, cand: Candidate, reasons: list[Reason]) -> Pla
         requires_python=fw_release.python_for(ctx.host),
         compute_capabilities=tuple(build.compute_capabilities) if build.compute_capabilities else None,
         ptx=build.ptx,
-    )
+    ), why
 
 
 def _fabric_part(
@@ -1183,6 +1307,11 @@ def summarise(ctx: Context, eliminations: list[tuple[str, str]]) -> list[str]:
 def _not_tried(ctx: Context, *, short: bool = False) -> str:
     """The branches the policy or end of life left out: supported ones first (the policy's choice,
     which --policy latest widens), then those past end of life (only a --driver pin takes one)."""
+    key = ("not-tried", short, ctx.request.policy, tuple((b.branch, why) for b, why in ctx.skipped))
+    return _kept(ctx, key, _not_tried_text, ctx, short)
+
+
+def _not_tried_text(ctx: Context, short: bool) -> str:
     as_of, policy = ctx.matrix.as_of, ctx.request.policy
     supported = [(b, why) for b, why in ctx.skipped if not b.past_eol(as_of)]
     ended = [(b, why) for b, why in ctx.skipped if b.past_eol(as_of)]

@@ -35,6 +35,7 @@ def requests(matrix, frameworks_per_pair: int | None):
             for line in lines:
                 yield PlanRequest(o.id, g, cuda=line)
             yield PlanRequest(o.id, g, cuda=lines[-1], policy="latest")
+            yield PlanRequest(o.id, g, cuda=str(matrix.cuda[-1].version), driver=str(matrix.drivers[0].branch))
             yield PlanRequest(o.id, g, framework="pytorch")
             for fw in releases[:frameworks_per_pair]:
                 yield PlanRequest(o.id, g, framework=fw)
@@ -103,31 +104,64 @@ def test_check_reads_the_cache_only_for_the_bytes_that_passed(cli, tmp_path, mon
 
 
 def test_the_cuda_memo_tells_builds_apart_by_what_it_reads(real_matrix):
-    """Builds share CUDA candidates by their CUDA line and base image flavour (_cuda_build_key):
-    builds that differ in either get their own, including where the outcome differs."""
+    """Each CUDA release's images are kept per compute capability, architecture, image OS, host and
+    base image flavour (_cuda_release), the releases a request reaches per CUDA pin and build line
+    (_cuda_lines): one memo shared by every OS and GPU, as matrix check shares it, gives each build
+    the candidates and eliminations it gives without one, including where the outcome differs."""
     from provision.plan import resolve as r
 
     matrix = real_matrix
     build = next(b for fw in matrix.frameworks for rel in fw.releases for b in rel.builds)
     lines = sorted({major_minor(c.version) for c in matrix.cuda})
     variants = [build._replace(libraries=lib, cuda=line) for lib in ("wheels", "system") for line in lines[-4:]]
+    variants += [None, build._replace(cuda="9.9")]  # no framework; a line the catalogue lacks
+    memo: dict = {}
     differ = 0
     for os_rel in matrix.os_releases:
         for gpu in matrix.gpus:
-            memo: dict = {}
             outcomes = []
             for b in variants + variants:
-                try:
-                    memoised, direct = (r.context(matrix, PlanRequest(os_rel.id, gpu.id)) for _ in range(2))
-                except InputError:
-                    break
-                got = list(r._memo_cudas(memoised, b, memo))
-                assert got == list(r._cuda_candidates(direct, b)), (os_rel.id, gpu.id, b.cuda, b.libraries)
-                assert (memoised.eliminated, memoised.rule_of, memoised.kinds) == (
-                    direct.eliminated,
-                    direct.rule_of,
-                    direct.kinds,
-                )
-                outcomes.append((got, memoised.eliminated))
-            differ += len({repr(o) for o in outcomes[: len(variants)]}) > len(lines[-4:])
+                for pin in (None, lines[-1], str(matrix.cuda[0].version)):
+                    req = PlanRequest(os_rel.id, gpu.id, cuda=pin)
+                    try:
+                        memoised, direct = r.context(matrix, req, memo), r.context(matrix, req)
+                    except InputError:
+                        continue
+                    got = list(r._cuda_candidates(memoised, b))
+                    assert got == list(r._cuda_candidates(direct, b)), (os_rel.id, gpu.id, pin, b)
+                    assert (memoised.eliminated, memoised.rule_of, memoised.kinds) == (
+                        direct.eliminated,
+                        direct.rule_of,
+                        direct.kinds,
+                    )
+                    if pin is None:
+                        outcomes.append((got, memoised.eliminated))
+            differ += len({repr(o) for o in outcomes[:8]}) > len(lines[-4:])
     assert differ, "somewhere the base image flavour changes the candidates (else this test proves little)"
+    assert any(k[0] == "cuda-release" for k in memo)
+    assert any(k[0] == "cuda-lines" for k in memo)
+
+
+def test_the_parts_a_memo_keeps_are_the_parts_built_alone(real_matrix):
+    """Plans built with a shared memo hold the same parts as plans built without one, though the
+    parts come from requests for other OSes, GPUs, pins and policies; and a refusal's reasons too."""
+    matrix = real_matrix
+    lines = sorted({major_minor(c.version) for c in matrix.cuda})
+    fws = [f"{fw.id}=={r.version}" for fw in matrix.frameworks for r in fw.releases[:2]]
+    branches = [str(b.branch) for b in matrix.drivers[:3]] + [str(matrix.drivers[0].releases[-1].version)]
+    memo: dict = {}
+    seen = {"plans": 0, "refusals": 0}
+    for o in matrix.os_releases:
+        for g in [g.id for g in matrix.gpus][::3]:
+            for req in (
+                PlanRequest(o.id, g, driver=branches[0], policy="latest"),
+                *(PlanRequest(o.id, g, driver=b, cuda=lines[-2]) for b in branches),
+                *(PlanRequest(o.id, g, framework=fw, cudnn="9") for fw in fws),
+                PlanRequest(o.aliases[0] if o.aliases else o.id, g, cuda=lines[-3], policy="latest"),
+            ):
+                got = outcome(matrix, req, memo)
+                assert got == outcome(matrix, req, None), req
+                seen["refusals" if got[0] == "refused" else "plans"] += 1
+    assert seen["plans"] > 50, seen
+    assert seen["refusals"] > 10, seen
+    assert {k[0] for k in memo} >= {"host-part", "driver-part", "image-part", "framework-part", "not-tried"}
