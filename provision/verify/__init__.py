@@ -4,9 +4,11 @@ The checks are ordinary pytest-testinfra test functions shipped in provision/ver
 `run_verify` checks the hosts side by side: one worker process per host
 (provision/verify/worker.py), at most `forks` at once, each under the host's deadline
 (provision.hostpool). A worker makes sure its host runs a command at all, then runs the checks
-with pytest.main through testinfra's backends (local, ssh, ansible); every command it sends
-runs under coreutils timeout on the host, over one SSH connection per host (ControlMaster, its
-socket in a private directory that run_verify removes with the connections). The workers'
+with pytest.main through testinfra's backends (local, ssh, ansible). What the selected checks
+read is gathered first in one round trip (provision/verify/batch.py: one script, each command in
+it under coreutils timeout, the host's deadline kept); a command outside it runs on its own,
+also under timeout. All go over one SSH connection per host (ControlMaster, its socket in a
+private directory that run_verify removes with the connections). The workers'
 results become one VerifyReport: per host, per check, pass / fail / skip with the evidence
 read, and per host an error when it could not be reached or did not finish in time.
 """
@@ -34,6 +36,35 @@ class Target(NamedTuple):
 
 
 CHECKS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "checks")
+_NO_AUTOLOAD = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"  # pytest >= 8.4 also has --disable-plugin-autoload
+# pytest's own plugins a verify run has no use for, not loaded (each host's worker imports and runs
+# pytest anew: these cost CPU on every host, unraisableexception two full garbage collections).
+# The checks assert nothing, so no assertion rewriting either.
+UNUSED_PYTEST_PLUGINS = (
+    "cacheprovider",
+    "terminal",
+    "logging",
+    "assertion",
+    "debugging",
+    "doctest",
+    "faulthandler",
+    "junitxml",
+    "legacypath",
+    "monkeypatch",
+    "pastebin",
+    "recwarn",
+    "setuponly",
+    "setupplan",
+    "stepwise",
+    "subtests",
+    "threadexception",
+    "tmpdir",
+    "unittest",
+    "unraisableexception",
+    "warnings",
+    "randomly",
+    "xdist",
+)
 
 
 def run_verify(
@@ -164,16 +195,11 @@ def run_checks(
         os.path.join(CHECKS_DIR, "pytest.ini"),
         "--rootdir",
         CHECKS_DIR,
+        # only testinfra's plugin: the others installed beside it (hypothesis's costs a quarter
+        # of a second of CPU per host to import) have nothing to do here
         "-p",
-        "no:cacheprovider",
-        "-p",
-        "no:terminal",
-        "-p",
-        "no:randomly",
-        "-p",
-        "no:xdist",
-        "-p",
-        "no:logging",
+        "testinfra.plugin",
+        *(arg for name in UNUSED_PYTEST_PLUGINS for arg in ("-p", f"no:{name}")),
         "-s",
         "--hosts",
         target.spec,
@@ -186,6 +212,14 @@ def run_checks(
         args += ["--ssh-identity-file", ssh_identity_file]
     if ssh_config:
         args += ["--ssh-config", ssh_config]
-    rc = int(pytest.main(args, plugins=[plugin]))
+    autoload = os.environ.get(_NO_AUTOLOAD)
+    os.environ[_NO_AUTOLOAD] = "1"
+    try:
+        rc = int(pytest.main(args, plugins=[plugin]))
+    finally:
+        if autoload is None:
+            os.environ.pop(_NO_AUTOLOAD, None)
+        else:
+            os.environ[_NO_AUTOLOAD] = autoload
     plugin.finish()
     return rc

@@ -7,6 +7,8 @@ import shlex
 from typing import Any, NamedTuple
 
 from provision import smi
+from provision.hostpool import KILL_AFTER, remote_command, timed_out_rc
+from provision.verify import batch
 
 # The table fields a check reads, in Gpu's order; values stay as nvidia-smi prints them
 # ("Enabled", "[N/A]"): the checks compare and show those spellings.
@@ -56,6 +58,120 @@ KERNEL_LOG = (
     "| grep -aiE 'NVRM|Xid|fallen off the bus' | tail -n 5"
 )
 
+# -- the commands the checks send, so that `prefetch` can send them all at once -------------------
+SMI_QUERY = f"nvidia-smi --query-gpu={','.join(SMI_FIELDS)} --format=csv,noheader"
+DETECT_VIRT = "systemd-detect-virt --container 2>/dev/null"
+CONTAINER_MARKERS = "for f in /.dockerenv /run/.containerenv; do [ -e $f ] && echo $f; done; true"
+# every package held on an apt host, as apt-mark showhold lists them, without apt's cache (building
+# it costs apt-mark half a second of CPU where the image disables pkgcache.bin)
+DPKG_HELD = "dpkg-query -W -f='${db:Status-Abbrev} ${binary:Package}\\n' 2>/dev/null"
+SECURE_BOOT_EFIVAR = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
+MODULE_SIGNER = "modinfo -F signer nvidia 2>/dev/null"
+NOUVEAU_BLACKLIST = (
+    "grep -lsE '^[[:space:]]*blacklist[[:space:]]+nouveau' /etc/modprobe.d/*.conf /usr/lib/modprobe.d/*.conf"
+)
+NOUVEAU_LOADED = "grep -E '^nouveau ' /proc/modules"
+FABRIC_MANAGER_VERSION = "nv-fabricmanager --version"
+CTK_VERSION = "nvidia-ctk --version"
+MIG_LGI = "nvidia-smi mig -lgi"
+DNF_KERNEL_SECURITY = "dnf -q updateinfo list --security --available 'kernel*' 2>/dev/null"
+MODULE_OPTIONS_FILE = "/etc/modprobe.d/provision-nvidia.conf"  # the nvidia_driver role's
+
+
+def read_command(path: str) -> str:
+    return f"cat {shlex.quote(path)}"
+
+
+def systemd_command(unit: str) -> str:
+    return f"systemctl is-active {shlex.quote(unit)}; systemctl is-enabled {shlex.quote(unit)} 2>/dev/null"
+
+
+def package_commands(pkg_manager: str, names: list[str]) -> list[str]:
+    """apt: the dpkg-query of the packages; rpm: their rpm query and dnf's versionlock list."""
+    quoted = " ".join(shlex.quote(n) for n in names)
+    if pkg_manager == "apt":
+        return [f"dpkg-query -W -f='${{Package}}\\t${{Version}}\\t${{db:Status-Abbrev}}\\n' {quoted} 2>/dev/null"]
+    return [
+        f"rpm -q --qf '%{{NAME}}\\t%{{VERSION}}\\t%{{RELEASE}}\\n' {quoted} 2>/dev/null",
+        "dnf -q versionlock list 2>/dev/null",
+    ]
+
+
+def image_inspect_command(image: str) -> str:
+    return f"docker image inspect --format '{{{{.Id}}}}' {shlex.quote(image)}"
+
+
+def planned_packages(target, checks: set[str] | None = None) -> list[str]:
+    """Every package the selected checks look up with `installed`, in one list."""
+    plan, hv = target.plan, target.hostvars or {}
+    wanted = (lambda c: True) if checks is None else checks.__contains__
+    names: list[str] = []
+    if wanted("driver-packages"):
+        names += [p.name for p in plan.driver.packages]
+        names += [p.name for p in plan.fabric_manager.packages] if plan.fabric_manager else []
+    sm = plan.subnet_manager
+    if wanted("subnet-manager") and sm is not None and hv.get("nvidia_driver_subnet_manager", True):
+        names += [*sm.packages, *sm.requires]
+    if wanted("container-toolkit"):
+        names += [p.name for p in plan.container_toolkit.packages]
+    return list(dict.fromkeys(names))
+
+
+def planned_commands(target, checks: set[str] | None = None) -> list[str]:
+    """The commands the checks with these ids (None: all) send to `target`, as they spell them,
+    in the order a batch runs them: the cheap reads first, then what can hang on a lost GPU
+    (nvidia-smi and the tools that talk to the driver), dnf's advisories (a metadata download)
+    last. A command left out still runs, on its own (tests/unit/test_verify_batch.py runs every
+    check on a batch and fails on any command sent outside it)."""
+    plan, hv = target.plan, target.hostvars or {}
+    wanted = (lambda c: True) if checks is None else checks.__contains__
+    docker = hv.get("container_runtime_engine", "docker") == "docker"
+    sm = plan.subnet_manager if hv.get("nvidia_driver_subnet_manager", True) else None
+    smi_checks = wanted("nvidia-smi") or wanted("gpus") or wanted("persistence")
+    mig = bool(target.mig and target.mig.get("provision_mig_enabled")) and wanted("mig")
+    first = ["true", DETECT_VIRT, CONTAINER_MARKERS, read_command("/etc/os-release")]
+    late: list[str] = []
+    if wanted("secure-boot"):
+        first += [f"od -An -t u1 {hv.get('preflight_secure_boot_efivar', SECURE_BOOT_EFIVAR)}", MODULE_SIGNER]
+    if wanted("nouveau-blacklisted") and hv.get("nvidia_driver_blacklist_nouveau", True):
+        first.append(NOUVEAU_BLACKLIST)
+    if wanted("nouveau-not-loaded"):
+        first.append(NOUVEAU_LOADED)
+    packages = planned_packages(target, checks)
+    if packages:
+        first += package_commands(plan.os.pkg_manager, packages)
+    if wanted("kernel-hold") and hv.get("nvidia_driver_hold_kernel", True):
+        if plan.os.pkg_manager == "apt":
+            first.append(DPKG_HELD)
+        else:
+            late.append(DNF_KERNEL_SECURITY)  # may refresh metadata: last
+    if wanted("persistence") and hv.get("nvidia_driver_persistenced", True):
+        first.append(systemd_command("nvidia-persistenced"))
+    if wanted("fabric-manager"):
+        first.append(systemd_command("nvidia-fabricmanager"))
+    if wanted("subnet-manager") and sm is not None:
+        first += [read_command("/proc/modules"), f"pgrep -x {shlex.quote(sm.process)}"]
+    if wanted("docker-runtime") and docker:
+        first.append(read_command(hv.get("container_runtime_daemon_json", "/etc/docker/daemon.json")))
+    if wanted("module-options") and plan.driver.module_options:
+        first.append(read_command(MODULE_OPTIONS_FILE))
+    if wanted("container-toolkit"):
+        first.append(CTK_VERSION)
+    if wanted("gpu-container") and docker:
+        first.append(image_inspect_command(plan.base_image))
+    gpu: list[str] = []
+    if wanted("kernel-module"):
+        gpu.append(read_command("/proc/driver/nvidia/version"))
+    if wanted("module-options") and plan.driver.module_options:
+        gpu.append(read_command("/proc/driver/nvidia/params"))
+    if smi_checks or mig:
+        gpu += [KERNEL_LOG, SMI_QUERY]  # the kernel log first: it still answers when nvidia-smi hangs
+    if mig:
+        gpu.append(MIG_LGI)
+    if wanted("fabric-manager") and plan.fabric_manager is not None:
+        gpu.append(FABRIC_MANAGER_VERSION)
+    return list(dict.fromkeys(first + gpu + late))
+
 
 class HostFacts:
     def __init__(self, host, target, *, budget=None, have_timeout: bool = True):
@@ -64,16 +180,65 @@ class HostFacts:
         self.hostvars: dict[str, Any] = dict(target.hostvars or {})
         self.budget = budget  # provision.hostpool.Budget; None: commands run without a deadline
         self.have_timeout = have_timeout
-        self._installed: dict[tuple[str, ...], dict[str, Installed]] = {}
+        self._packages: dict[str, Installed] = {}
+        self._fetched: dict[str, Result] = {}  # command -> what it printed, from `prefetch`
+        self.round_trips = 0  # commands sent to the host (a batch counts once)
+
+    def prefetch(self, checks: set[str] | None = None) -> int:
+        """Run the commands the `checks` (ids; None: all) will send, in one round trip (see
+        provision/verify/batch.py); `run` then answers them from what came back. Only under a
+        deadline with coreutils timeout on the host (otherwise one hung command would take the
+        whole batch's results with it). Returns how many commands it answered; 0 when the batch
+        failed or its output was not the script's (the commands then go one by one, as before)."""
+        if self.budget is None or not self.have_timeout:
+            return 0
+        commands = list(dict.fromkeys(planned_commands(self.target, checks)))
+        left = self.budget.remaining()
+        if not commands or left - KILL_AFTER <= 0:
+            return 0
+        token = batch.new_token()
+        text = batch.script(commands, token, left=left, share=self.budget.command_timeout())
+        self.round_trips += 1
+        try:
+            res = self.host.run(text)
+        except Exception:  # the connection failed: `unreachable` sends `true` alone and says why
+            return 0
+        sections = batch.parse(res.stdout or "", res.stderr or "", token, len(commands))
+        if not sections:
+            return 0
+        for command, section in zip(commands, sections, strict=False):
+            if section.rc is None:
+                self._fetched[command] = Result(124, "", batch.NOT_RUN, 0)
+            else:
+                stopped = section.seconds if timed_out_rc(section.rc) else None
+                self._fetched[command] = Result(section.rc, section.out, section.err, stopped)
+        names = planned_packages(self.target, checks)
+        queries = package_commands(self.target.plan.os.pkg_manager, names) if names else []
+        if queries and all(q in self._fetched and self._fetched[q].timed_out is None for q in queries):
+            self.installed(names)  # one query for every check's packages (none stopped or left unrun)
+        return len(sections)
+
+    def answers(self, check: str) -> bool:
+        """Whether `prefetch` read everything the check sends (it can then run past the deadline:
+        it sends nothing more)."""
+        names = planned_packages(self.target, {check})
+        queries = set(package_commands(self.target.plan.os.pkg_manager, names)) if names else set()
+        return all(n in self._packages for n in names) and all(
+            c in self._fetched and self._fetched[c].err != batch.NOT_RUN
+            for c in planned_commands(self.target, {check})
+            if c not in queries  # the packages come from the query of every check's packages
+        )
 
     def run(self, command: str) -> Result:
         """Run a command on the host. Under a budget it runs under coreutils timeout, its share of
-        the host's deadline (hostpool.Budget); one it stopped comes back with timed_out set."""
+        the host's deadline (hostpool.Budget); one it stopped comes back with timed_out set. A
+        command `prefetch` ran is answered from its output."""
+        if command in self._fetched:
+            return self._fetched[command]
+        self.round_trips += 1
         if self.budget is None:
             res = self.host.run(command)
             return Result(res.rc, res.stdout, res.stderr)
-        from provision.hostpool import remote_command, timed_out_rc
-
         seconds = self.budget.command_timeout()
         if seconds <= 0:
             return Result(124, "", "not run: the host's deadline has passed", 0)
@@ -101,18 +266,19 @@ class HostFacts:
     @functools.cached_property
     def container(self) -> str | None:
         """The container technology the host runs in (docker, podman, lxc…), or None."""
-        res = self.run("systemd-detect-virt --container 2>/dev/null")
+        res = self.run(DETECT_VIRT)
         kind = res.out.strip()
         if res.rc == 0 and kind and kind != "none":
             return kind
+        present = set(self.run(CONTAINER_MARKERS).out.split())
         for marker, kind in (("/.dockerenv", "docker"), ("/run/.containerenv", "podman")):
-            if self.host.file(marker).exists:
+            if marker in present:
                 return kind
         return None
 
     @functools.cached_property
     def os_release(self) -> dict[str, str]:
-        res = self.run("cat /etc/os-release")
+        res = self.run(read_command("/etc/os-release"))
         out: dict[str, str] = {}
         for line in res.out.splitlines():
             key, sep, value = line.partition("=")
@@ -123,7 +289,7 @@ class HostFacts:
     @functools.cached_property
     def smi(self) -> tuple[Result, list[Gpu]]:
         self.kernel_log  # noqa: B018 - read first: it still answers when nvidia-smi hangs on a lost GPU
-        res = self.run(f"nvidia-smi --query-gpu={','.join(SMI_FIELDS)} --format=csv,noheader")
+        res = self.run(SMI_QUERY)
         gpus: list[Gpu] = []
         if res.rc == 0:
             for line in res.out.splitlines():
@@ -134,33 +300,43 @@ class HostFacts:
         return res, gpus
 
     def installed(self, names: list[str]) -> dict[str, Installed]:
-        key = tuple(names)
-        if key not in self._installed:
-            self._installed[key] = self._query_packages(names)
-        return self._installed[key]
+        """Each package's installed version and hold; read once per host (`prefetch` reads
+        every package the checks name in one query)."""
+        missing = [n for n in dict.fromkeys(names) if n not in self._packages]
+        if missing:
+            self._packages.update(self._query_packages(missing))
+        return {n: self._packages[n] for n in names}
+
+    def held_packages(self) -> set[str]:
+        """apt: every package held (what apt-mark showhold lists), from dpkg's selections."""
+        res = self.run(DPKG_HELD)
+        return {
+            parts[1]
+            for parts in (line.split() for line in res.out.splitlines())
+            if len(parts) == 2 and parts[0].startswith("h")
+        }
 
     def _query_packages(self, names: list[str]) -> dict[str, Installed]:
-        quoted = " ".join(shlex.quote(n) for n in names)
         versions: dict[str, str] = {}
         held: set[str] = set()
         if self.target.plan.os.pkg_manager == "apt":
-            res = self.run(
-                f"dpkg-query -W -f='${{Package}}\\t${{Version}}\\t${{db:Status-Abbrev}}\\n' {quoted} 2>/dev/null"
-            )
+            res = self.run(package_commands("apt", names)[0])
             for line in res.out.splitlines():
                 parts = line.split("\t")
+                # db:Status-Abbrev: the selection (h: hold, what apt-mark hold and Ansible's
+                # dpkg_selections set), then the state (i: installed)
                 if len(parts) == 3 and parts[2].strip().startswith(("ii", "hi")):
                     versions[parts[0]] = parts[1]
                     if parts[2].startswith("h"):
                         held.add(parts[0])
-            held |= set(self.run("apt-mark showhold 2>/dev/null").out.split())
         else:
-            res = self.run(f"rpm -q --qf '%{{NAME}}\\t%{{VERSION}}\\t%{{RELEASE}}\\n' {quoted} 2>/dev/null")
+            rpm_query, versionlock = package_commands("rpm", names)
+            res = self.run(rpm_query)
             for line in res.out.splitlines():
                 parts = line.split("\t")
                 if len(parts) == 3 and "not installed" not in line:
                     versions[parts[0]] = f"{parts[1]}-{parts[2]}"
-            locks = self.run("dnf -q versionlock list 2>/dev/null").out
+            locks = self.run(versionlock).out
             for name in names:
                 # entries read NAME-[EPOCH:]VERSION-RELEASE.* (one per locked package)
                 if any(
@@ -175,11 +351,11 @@ class HostFacts:
 
     def systemd(self, unit: str) -> tuple[str, str]:
         """(is-active, is-enabled) as systemctl prints them."""
-        res = self.run(f"systemctl is-active {shlex.quote(unit)}; systemctl is-enabled {shlex.quote(unit)} 2>/dev/null")
+        res = self.run(systemd_command(unit))
         lines = res.out.split()
         return (lines[0] if lines else "unknown", lines[1] if len(lines) > 1 else "not-found")
 
     def read(self, path: str) -> str | None:
         """A file's content (through sudo when testinfra runs with it), None when absent."""
-        res = self.run(f"cat {shlex.quote(path)}")
+        res = self.run(read_command(path))
         return res.out if res.rc == 0 else None

@@ -37,6 +37,7 @@ class VerifyPlugin:
         self.errors: list[str] = []
         self._facts: dict[str, HostFacts] = {}
         self._by_id: dict[str, Any] = {}
+        self.selected: set[str] | None = None  # the ids of the checks collected (None: before collection)
 
     # -- which target an item runs on ------------------------------------------------------
     def _target_for(self, host) -> Any:
@@ -62,14 +63,18 @@ class VerifyPlugin:
     def facts_raw(self, host, target) -> HostFacts:
         if target.name not in self._facts:
             share_connection(host, self.control_path)  # ssh:// hosts: pytest's host is not the worker's probe's
-            self._facts[target.name] = HostFacts(host, target, budget=self.budget, have_timeout=self.have_timeout)
+            facts = HostFacts(host, target, budget=self.budget, have_timeout=self.have_timeout)
+            facts.prefetch(self.selected)  # every command the selected checks send, in one round trip
+            self._facts[target.name] = facts
         return self._facts[target.name]
 
     @pytest.fixture
-    def facts(self, facts_raw) -> HostFacts:
+    def facts(self, facts_raw, request) -> HostFacts:
         if facts_raw.unreachable:
             pytest.skip(f"host unreachable ({facts_raw.unreachable})")
-        if self.budget is not None and self.budget.command_timeout() <= 0:
+        # past the deadline a check still runs on what the host's batch answered in time
+        late = self.budget is not None and self.budget.command_timeout() <= 0
+        if late and not facts_raw.answers(_check_id(request.node)):
             self.late += 1
             pytest.skip(f"not run: the host's {self.budget.seconds:g} s deadline (--host-timeout) had passed")
         return facts_raw
@@ -98,6 +103,7 @@ class VerifyPlugin:
             keep = [i for i in items if _check_id(i) in self.only]
             config.hook.pytest_deselected(items=[i for i in items if i not in keep])
             items[:] = keep
+        self.selected = {_check_id(i) for i in items}
         # host by host (one connection each), the machine first, containers last
         order = {name: n for n, name in enumerate(MODULE_ORDER)}
         position = {id(item): n for n, item in enumerate(items)}

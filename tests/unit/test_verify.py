@@ -32,8 +32,8 @@ class Res:
 class FakeHost:
     """testinfra's Host, reduced to what the checks call: run() answers from a script."""
 
-    def __init__(self, script: dict[str, Res], files=()):
-        self.script, self.files, self.ran = script, set(files), []
+    def __init__(self, script: dict[str, Res]):
+        self.script, self.ran = script, []
 
     def run(self, command):
         self.ran.append(command)
@@ -41,9 +41,6 @@ class FakeHost:
             if command.startswith(prefix):
                 return res
         return Res(127, "", f"/bin/sh: {command.split()[0]}: not found")
-
-    def file(self, path):
-        return type("F", (), {"exists": path in self.files})()
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +55,8 @@ def smi_line(plan, index=0, device="0x20B510DE", persistence="Enabled", mig=("Di
     return f"{index}, NVIDIA A100 80GB PCIe, {device}, {plan.driver.version}, {persistence}, {mig[0]}, {mig[1]}\n"
 
 
-def facts_for(plan, script, files=(), **target):
-    return HostFacts(FakeHost(script, files), Target("h", "ssh://h", plan, **target))
+def facts_for(plan, script, **target):
+    return HostFacts(FakeHost(script), Target("h", "ssh://h", plan, **target))
 
 
 def outcome(check, **kwargs):
@@ -99,16 +96,23 @@ def test_smi_parse_splits_device_and_vendor(plans):
 
 def test_dpkg_versions_and_holds(plans):
     plan = plans["debian"]
+    # db:Status-Abbrev: "hi" held and installed (apt-mark hold, Ansible's dpkg_selections), "ii" installed,
+    # "hn"/"rc" not installed (a hold on a removed package, a removed one's leftover configuration)
     script = {
-        "dpkg-query": Res(0, "nvidia-open\t595.91.07-1\thi \nlibfoo\t1.0-1\tii \n"),
-        "apt-mark showhold": Res(0, "libfoo\n"),
+        "dpkg-query": Res(
+            0, "nvidia-open\t595.91.07-1\thi \nlibfoo\t1.0-1\tii \nheld-gone\t2.0-1\thn \nrm\t1.0\trc \n"
+        ),
     }
-    got = facts_for(plan, script).installed(["nvidia-open", "libfoo", "absent"])
-    assert got["nvidia-open"].version == "595.91.07"
-    assert got["nvidia-open"].held
-    assert got["libfoo"].held
-    assert got["absent"].version is None
-    assert not got["absent"].held
+    facts = facts_for(plan, script)
+    got = facts.installed(["nvidia-open", "libfoo", "absent", "held-gone", "rm"])
+    assert got["nvidia-open"] == ("nvidia-open", "595.91.07", "595.91.07-1", True)
+    assert got["libfoo"] == ("libfoo", "1.0", "1.0-1", False)
+    assert got["absent"] == ("absent", None, None, False)
+    assert got["held-gone"].version is None
+    assert got["rm"].version is None
+    # read once per host: a second check's packages come from the same query when it named them
+    assert facts.installed(["libfoo"])["libfoo"].raw == "1.0-1"
+    assert len(facts.host.ran) == 1
 
 
 def test_rpm_versions_and_versionlocks(plans):
@@ -129,7 +133,11 @@ def test_container_detection(plans):
     plan = plans["debian"]
     assert facts_for(plan, {"systemd-detect-virt": Res(0, "docker\n")}).container == "docker"
     assert facts_for(plan, {"systemd-detect-virt": Res(1, "none\n")}).container is None
-    assert facts_for(plan, {}, files={"/run/.containerenv"}).container == "podman"
+    podman = {"systemd-detect-virt": Res(1, "none\n"), "for f in /.dockerenv": Res(0, "/run/.containerenv\n")}
+    assert facts_for(plan, podman).container == "podman"
+    docker = {"systemd-detect-virt": Res(127, ""), "for f in /.dockerenv": Res(0, "/.dockerenv\n")}
+    assert facts_for(plan, docker).container == "docker"
+    assert facts_for(plan, {"systemd-detect-virt": Res(1, "none\n"), "for f in": Res(0, "")}).container is None
 
 
 # -- checks ----------------------------------------------------------------------------------
@@ -375,7 +383,6 @@ def test_container_toolkit_check(plans):
     dpkg = "".join(f"{p.name}\t{v}-1\thi \n" for p in plan.container_toolkit.packages)
     script = {
         "dpkg-query": Res(0, dpkg),
-        "apt-mark showhold": Res(0, ""),
         "nvidia-ctk --version": Res(0, f"NVIDIA Container Toolkit CLI version {v}\ncommit: x\n"),
     }
     assert (
@@ -504,6 +511,10 @@ POLICY_UPDATES_ONLY = POLICY_SECURITY.replace(
 POLICY_CURRENT = POLICY_SECURITY.replace("Candidate: 5.15.0.125.123", "Candidate: 5.15.0.91.88")
 
 
+# dpkg-query's hold list: selection and state, then the package (held: a selection of h)
+HELD = "hi linux-image-generic\nii linux-headers-generic\nhi nvidia-open\nii libc6:amd64\n"
+
+
 def kernel_outcome(plan, script, **target):
     warnings: list[str] = []
     facts = facts_for(plan, script, **target)
@@ -520,16 +531,18 @@ def kernel_outcome(plan, script, **target):
     [(POLICY_SECURITY, "pass", True), (POLICY_UPDATES_ONLY, "pass", False), (POLICY_CURRENT, "pass", False)],
 )
 def test_kernel_hold_warns_only_for_a_security_update(plans, policy, status, warned):
-    script = {"apt-mark showhold": Res(0, "linux-image-generic\nnvidia-open\n"), "apt-cache policy": Res(0, policy)}
+    script = {"dpkg-query -W -f='${db:Status-Abbrev} ": Res(0, HELD), "apt-cache policy": Res(0, policy)}
     got, warnings = kernel_outcome(plans["debian"], script)
     assert got == status
     assert bool(warnings) == warned
     if warned:
         assert "linux-image-generic 5.15.0.91.88 -> 5.15.0.125.123" in warnings[0]
+        assert "linux-headers" not in warnings[0], "an installed, unheld kernel package is no hold"
 
 
 def test_kernel_hold_skips_without_a_hold(plans):
-    got, _ = kernel_outcome(plans["debian"], {"apt-mark showhold": Res(0, "nvidia-open\n")})
+    held = "hi nvidia-open\nii linux-image-generic\n"  # the kernel installed, not held
+    got, _ = kernel_outcome(plans["debian"], {"dpkg-query -W -f='${db:Status-Abbrev} ": Res(0, held)})
     assert got == "skip"
     got, _ = kernel_outcome(plans["debian"], {}, hostvars={"nvidia_driver_hold_kernel": False})
     assert got == "skip"

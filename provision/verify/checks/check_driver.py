@@ -9,6 +9,7 @@ import shlex
 import pytest
 
 from provision.verify.checks import assert_packages, check, fail
+from provision.verify.facts import MODULE_OPTIONS_FILE
 
 
 def _need_smi(facts):
@@ -134,9 +135,6 @@ def check_subnet_manager(facts, plan, target, evidence):
     if res.rc != 0:
         why = f"{sm.service} runs without the NVLink Subnet Manager (journalctl -u {sm.service})"
         fail(f"no {sm.process} process: {why}")
-
-
-MODULE_OPTIONS_FILE = "/etc/modprobe.d/provision-nvidia.conf"  # the nvidia_driver role's
 
 
 @check("module-options", "the planned kernel-module options are configured and in effect")

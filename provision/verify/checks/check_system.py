@@ -123,8 +123,7 @@ def check_kernel_hold(facts, plan, target, evidence, warning):
     if not target.hostvars.get("nvidia_driver_hold_kernel", True):
         pytest.skip("nvidia_driver_hold_kernel is false for this host: kernels move freely")
     if plan.os.pkg_manager == "apt":
-        listing = facts.run("apt-mark showhold 2>/dev/null").out.split()
-        held = [p for p in listing if re.match(r"linux-(image|headers|modules)", p)]
+        held = [p for p in sorted(facts.held_packages()) if re.match(r"linux-(image|headers|modules)", p)]
         if not held:
             pytest.skip("no kernel package is held")
         pending = []
