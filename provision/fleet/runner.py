@@ -17,6 +17,14 @@ APPLY_FORKS = 20  # as playbooks/ansible.cfg sets for a plain ansible-playbook r
 # the task is called (the event's resolved_action is the module's full name).
 REBOOT_ACTIONS = frozenset({"ansible.builtin.reboot", "ansible.legacy.reboot"})
 
+# provision.gpu.site's first play checks every host at once and sorts it (group_by) into
+# CONVERGED_GROUP or the hosts its rolling play changes; tests/ansible/test_string_couplings.py
+# checks these names against site.yml. A host the check passed that is neither converged nor
+# reached by a later play was held back: the run stopped before its batch.
+CHECK_PLAY = "Check each host against the state its last run recorded"
+CONVERGED_GROUP = "provision_converged"
+GROUP_BY_ACTIONS = frozenset({"ansible.builtin.group_by", "ansible.legacy.group_by"})
+
 
 class HostResult(NamedTuple):
     host: str
@@ -51,28 +59,39 @@ class RunResult(NamedTuple):
     hosts: tuple[HostResult, ...]
     run_dir: str
     artifacts: str
+    held: frozenset[str] = frozenset()  # checked, not converged, never reached by the rollout
+    check_failed: frozenset[str] = frozenset()  # failed or unreachable in site.yml's check play
 
     @property
     def succeeded(self) -> bool:
         return self.rc == 0 and all(h.succeeded for h in self.hosts) and bool(self.hosts)
 
     def with_not_run(self, targets: list[str], max_fail_percentage: int | None) -> "RunResult":
-        """Every targeted host in the summary: those Ansible never reached are "not run", with why."""
+        """Every targeted host in the summary: those Ansible never reached, and those it checked but
+        stopped before changing, are "not run", with why."""
         seen = {h.host for h in self.hosts}
         missing = [t for t in targets if t not in seen]
-        if not missing:
+        held = {h.host for h in self.hosts if h.host in self.held and h.succeeded}
+        if not missing and not held:
             return self
-        stopped = [h.host for h in self.hosts if h.failed or h.unreachable]
+        down = [h.host for h in self.hosts if h.failed or h.unreachable]
+        stopped = [h for h in down if h not in self.check_failed]
+        budget = 0 if max_fail_percentage is None else max_fail_percentage
         if stopped:
-            budget = 0 if max_fail_percentage is None else max_fail_percentage
             why = (
                 f"the rollout stopped after the batch where {', '.join(stopped)} failed "
+                f"(fail budget {budget}%: --max-fail-percentage)"
+            )
+        elif down:
+            why = (
+                f"the run stopped after the check of {', '.join(down)} failed "
                 f"(fail budget {budget}%: --max-fail-percentage)"
             )
         else:
             why = f"the run ended before this host's batch (ansible-runner status {self.status})"
         extra = tuple(HostResult(h, 0, 0, 0, 0, 0, False, None, why) for h in missing)
-        return self._replace(hosts=tuple(sorted(self.hosts + extra)))
+        kept = tuple(h._replace(not_run=why) if h.host in held else h for h in self.hosts)
+        return self._replace(hosts=tuple(sorted(kept + extra)))
 
 
 class Progress(NamedTuple):
@@ -110,6 +129,38 @@ def is_reboot(event_data: dict[str, Any]) -> bool:
     return action in REBOOT_ACTIONS and (event_data.get("res") or {}).get("rebooted") is True
 
 
+def is_converged(event_data: dict[str, Any]) -> bool:
+    """Whether a runner_on_ok event is site.yml's check sorting its host into CONVERGED_GROUP."""
+    action = event_data.get("resolved_action") or event_data.get("task_action") or ""
+    return action in GROUP_BY_ACTIONS and (event_data.get("res") or {}).get("add_group") == CONVERGED_GROUP
+
+
+class _Sorting:
+    """What site.yml's check play made of each host, followed event by event."""
+
+    def __init__(self) -> None:
+        self.checked = False  # the playbook ran the check play
+        self.converged: set[str] = set()  # hosts the check sorted into CONVERGED_GROUP
+        self.reached: set[str] = set()  # hosts with a task in a play after the check
+        self.failed: set[str] = set()  # hosts failed or unreachable in the check
+
+    def observe(self, name: str, data: dict[str, Any]) -> None:
+        host = data.get("host")
+        if name == "playbook_on_play_start":
+            self.checked = self.checked or (data.get("play") or data.get("name")) == CHECK_PLAY
+        elif name.startswith("runner_on_") and host:
+            if data.get("play") != CHECK_PLAY:
+                self.reached.add(host)
+            elif name == "runner_on_ok" and is_converged(data):
+                self.converged.add(host)
+            elif name == "runner_on_unreachable" or (name == "runner_on_failed" and not data.get("ignore_errors")):
+                self.failed.add(host)
+
+    def held(self, hosts: set[str]) -> frozenset[str]:
+        """The hosts the check neither found converged nor the rollout reached."""
+        return frozenset(hosts - self.converged - self.reached) if self.checked else frozenset()
+
+
 def run_playbook(
     *,
     run_dir: str,
@@ -131,11 +182,13 @@ def run_playbook(
     cmdline = " ".join(x for x in ("--check" if check else "", "--diff" if diff else "") if x)
     first_failure: dict[str, str] = {}
     rebooted: set[str] = set()
+    sorting = _Sorting()
 
     def handler(event: dict[str, Any]) -> bool:
         name = event.get("event", "")
         data = event.get("event_data", {})
         host, task = data.get("host"), data.get("task")
+        sorting.observe(name, data)
         kind = None
         if name == "playbook_on_play_start":
             kind = "play"
@@ -210,4 +263,7 @@ def run_playbook(
         )
         for h in sorted(names)
     )
-    return RunResult(runner.status, runner.rc, hosts, run_dir, os.path.join(run_dir, "artifacts", runner.config.ident))
+    artifacts = os.path.join(run_dir, "artifacts", runner.config.ident)
+    return RunResult(
+        runner.status, runner.rc, hosts, run_dir, artifacts, sorting.held(names), frozenset(sorting.failed)
+    )

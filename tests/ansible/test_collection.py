@@ -57,7 +57,8 @@ def test_tarball_holds_the_roles_modules_and_playbooks(installed):
     assert sorted(p.stem for p in (got / "plugins" / "modules").glob("*.py")) == MODULE_NAMES
     assert sorted(p.name for p in (got / "roles").iterdir()) == ROLE_NAMES
     assert {"preflight", "nvidia_driver", "container_runtime", "mig"} <= set(ROLE_NAMES)
-    assert {p.name for p in (got / "playbooks").iterdir()} == {"site.yml", "release_lock.yml"}
+    assert {p.name for p in (got / "playbooks").iterdir()} == {"site.yml", "release_lock.yml", "vars"}
+    assert [p.name for p in (got / "playbooks" / "vars").iterdir()] == ["converged_state.yml"]
     manifest = json.loads((got / "MANIFEST.json").read_text())["collection_info"]
     assert (manifest["namespace"], manifest["name"]) == ("provision", "gpu")
 

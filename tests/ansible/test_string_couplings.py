@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import yaml
-from paths import PLAYBOOKS, ROLES, SITE
+from paths import PLAYBOOKS, ROLES, SITE, SITE_VARS
 from walker import Walk
 
 from provision.fleet.apply import SITE_PLAYBOOK, check_tags, site_tags
@@ -27,7 +27,7 @@ WRITTEN_BY_COMMANDS = {
 
 
 def managed_files() -> list[str]:
-    return yaml.safe_load(SITE.read_text())[0]["vars"]["provision_managed_files"]
+    return yaml.safe_load(SITE_VARS.read_text())["provision_managed_files"]
 
 
 def written_paths(walk: Walk) -> set[str]:
@@ -134,7 +134,8 @@ def test_the_walk_finds_the_files_it_should(written):
 
 
 def test_tags_are_the_roles_of_the_site_playbook():
-    play = yaml.safe_load(SITE.read_text())[0]
+    plays = yaml.safe_load(SITE.read_text())
+    play = plays[-1]  # the rolling play: the check play before it has no roles
     role_tags = {r["role"].rsplit(".", 1)[-1]: set(r["tags"]) for r in play["roles"]}
     assert role_tags == {
         "preflight": {"preflight", "always"},
@@ -142,16 +143,17 @@ def test_tags_are_the_roles_of_the_site_playbook():
         "container_runtime": {"container_runtime"},
         "mig": {"mig"},
     }
-    # every task outside the roles runs whatever --tags says (drain, lock, health gate, record)
-    for section in ("pre_tasks", "post_tasks"):
-        for task in play[section]:
-            assert "always" in task.get("tags", []), f"{section}: {task['name']} is not tagged always"
+    # every task outside the roles runs whatever --tags says (check, drain, lock, health gate, record)
+    for each in plays:
+        for section in ("pre_tasks", "tasks", "post_tasks"):
+            for task in each.get(section, []):
+                assert "always" in task.get("tags", []), f"{section}: {task['name']} is not tagged always"
     assert site_tags(str(PLAYBOOKS)) == {"preflight", "driver", "container_runtime", "mig"}
     assert (PLAYBOOKS / SITE_PLAYBOOK).resolve() == SITE.resolve()
 
 
 def test_a_run_limited_by_tags_records_no_converged_state():
-    play = yaml.safe_load(SITE.read_text())[0]
+    play = yaml.safe_load(SITE.read_text())[-1]
     (record,) = [t for t in play["post_tasks"] if t.get("provision.gpu.applied_state", {}).get("mode") == "record"]
     assert "ansible_run_tags | list == ['all']" in [c.split("  #")[0] for c in record["when"]]
     assert "ansible_skip_tags | length == 0" in record["when"]
@@ -199,7 +201,7 @@ def test_record_conditions_as_provision_apply_runs_them(tmp_path, tags, recorded
     runs it (where ansible_run_tags is a tuple, not a list): a full run records, a --tags run does not."""
     from provision.fleet.runner import run_playbook
 
-    play = yaml.safe_load(SITE.read_text())[0]
+    play = yaml.safe_load(SITE.read_text())[-1]
     (record,) = [t for t in play["post_tasks"] if t.get("provision.gpu.applied_state", {}).get("mode") == "record"]
     project = tmp_path / "project"
     project.mkdir()

@@ -136,7 +136,7 @@ def test_mig_role_runs_only_with_a_planned_layout(real_matrix, os_id):
     import yaml
     from paths import SITE
 
-    site = yaml.safe_load(SITE.read_text())[0]
+    site = yaml.safe_load(SITE.read_text())[-1]  # the rolling play, which runs the roles
     entry = next(r for r in site["roles"] if isinstance(r, dict) and r.get("role") == "provision.gpu.mig")
     without = plan_vars(real_matrix, os_id)
     with_mig = plan_vars(real_matrix, os_id, mig="3g.40gb,2g.20gb,2x1g.10gb")

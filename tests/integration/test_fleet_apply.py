@@ -6,6 +6,8 @@ import json
 import pytest
 from harness.fleet import run_apply
 
+from provision.fleet.runner import CHECK_PLAY
+
 pytestmark = [pytest.mark.fleet]
 
 
@@ -124,6 +126,8 @@ def test_check_diff_changes_nothing(fleet_env, tmp_path):
 
 
 def test_serial_runs_hosts_in_batches(fleet_env, tmp_path):
+    """The hosts to change (all of them: --full; the toolkit role only, to keep it short) change one
+    batch at a time, after one check of every host at once."""
     rc, out, _summary = run_apply(
         "-i",
         str(fleet_env.inventory()),
@@ -131,17 +135,25 @@ def test_serial_runs_hosts_in_batches(fleet_env, tmp_path):
         str(fleet_env.fleet_file()),
         "--serial",
         "1",
+        "--full",
+        "--tags",
+        "container_runtime",
         run_dir=tmp_path / "serial",
     )
     assert rc == 0, out
     spans = {}
+    checked = []
     for e in events(tmp_path / "serial"):
         host = e.get("event_data", {}).get("host")
+        if e.get("event_data", {}).get("play") == CHECK_PLAY:
+            checked += [host] if e["event"] == "runner_on_ok" else []
+            continue
         if host and e["event"].startswith("runner_on_"):
             first, last = spans.get(host, (e["counter"], e["counter"]))
             spans[host] = (min(first, e["counter"]), max(last, e["counter"]))
     ordered = sorted(spans.values())
     assert len(ordered) == 3
+    assert sorted(set(checked)) == ["gpu-a", "gpu-b", "gpu-c"]
     assert all(a[1] < b[0] for a, b in itertools.pairwise(ordered)), f"batches overlap: {spans}"
 
 
@@ -155,9 +167,10 @@ def test_a_failed_batch_stops_the_rollout_and_the_rest_are_not_run(fleet_env, tm
     hosts = summary["hosts"]
     assert hosts["gpu-d"]["outcome"] == "failed"
     assert "simulated driver install failure" in hosts["gpu-d"]["cause"]
-    for name in ("gpu-e", "gpu-x"):
-        assert hosts[name]["outcome"] == "not run", hosts[name]
-        assert "the rollout stopped after the batch where gpu-d failed" in hosts[name]["not_run"]
+    # every host is checked first, at once: gpu-x cannot be reached (it is no host to change)
+    assert hosts["gpu-x"]["outcome"] == "unreachable", hosts["gpu-x"]
+    assert hosts["gpu-e"]["outcome"] == "not run", hosts["gpu-e"]
+    assert "the rollout stopped after the batch where gpu-d failed" in hosts["gpu-e"]["not_run"]
     assert "not run" in out
     lock = fleet_env.fleet.exec("gpu-d", "test -e /var/lib/provision/apply.lock && echo held || echo free")
     assert lock.strip() == "free", "the failed host's run lock was given back"
