@@ -1,14 +1,17 @@
 """Refresh catalogue rows from their upstreams (default: compat/frameworks.yaml from wheel metadata).
 
-    python -m provision.matrix.refresh [--compat-dir compat] [--source frameworks|images|container-toolkit|all]
+    python -m provision.matrix.refresh [--compat-dir compat]
+                                       [--source frameworks|images|container-toolkit|cuda-redist|all]
                                        [--check] [--from RECORDED_COPY] [--source-key KEY]
 
 ``--source images`` (provision.matrix.refresh_images) and ``--source container-toolkit``
 (provision.matrix.refresh_toolkit) compare compat/images.yaml and compat/container_toolkit.yaml
-with NVIDIA's container-images repository and the toolkit's release tags; ``--check`` prints a
-unified diff of the rows and exits 1 when upstream moved; ``--from`` reads a recorded copy
-(tests/fixtures/refresh/<source>) instead of the network. The rest of this text is the
-frameworks source.
+with NVIDIA's container-images repository and the toolkit's release tags; ``--source cuda-redist``
+(provision.matrix.refresh_redist) compares compat/cuda.yaml's min_driver with the driver NVIDIA's
+CUDA redistrib manifests bundle (up to 13.3; it reports new releases, never adds them: a row also
+needs its repository OS list). ``--check`` prints a unified diff of the rows and exits 1 when
+upstream moved; ``--from`` reads a recorded copy (tests/fixtures/refresh/<source>) instead of the
+network. The rest of this text is the frameworks source.
 
 For every release of each framework in compat/framework_variants.yaml it picks the Linux
 x86_64 wheel on the package index (and, for PyTorch, on download.pytorch.org/whl/<variant>),
@@ -514,7 +517,7 @@ _QuotedDumper.add_representer(
 )
 
 
-SOURCES = ("frameworks", "images", "container-toolkit")
+SOURCES = ("frameworks", "images", "container-toolkit", "cuda-redist")
 # what reading an upstream over the network raises when it cannot be reached (exit 4)
 _UNREACHABLE = (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException)
 
@@ -667,6 +670,35 @@ def _toolkit(compat: Path, args: argparse.Namespace, out, err) -> int:
     return 0
 
 
+def _redist(compat: Path, args: argparse.Namespace, out, err) -> int:
+    from provision.matrix import refresh_redist as rr
+
+    raw = _catalogue(compat)
+    try:
+        upstream = rr.recorded(args.recorded) if args.recorded is not None else rr.live(http_fetch)
+        report = rr.compare(raw["cuda"], rr.read_manifests(upstream, rr.oldest(raw["cuda"])))
+    except _UNREACHABLE as exc:
+        raise _unreachable("cuda-redist", exc) from None
+    key = args.source_key or rr.DEFAULT_KEY
+    if report.changed and not args.check:
+        _check_key(raw, key, "--source-key" if args.source_key else "source key")
+    for note in report.notes:
+        print(f"  {note}", file=err)
+    if args.check:
+        if report.drift:
+            out.writelines(report.diff)
+            print("compat/cuda.yaml differs from NVIDIA's CUDA redistrib manifests", file=err)
+            return 1
+        return 0
+    text = None
+    if report.changed:
+        out.writelines(report.diff)  # what is rewritten is shown, never silent
+        text = rr.write(compat, report, key)
+        replace_checked(compat, "cuda.yaml", text)
+    print(f"{'wrote' if text is not None else 'unchanged:'} {compat / 'cuda.yaml'}", file=err)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Exit 0 done (or no drift), 1 ``--check`` found drift, 2 bad input (arguments, a recorded
     copy, what upstream serves), 3 a broken catalogue, 4 upstream unreachable. Every error is one
@@ -679,7 +711,7 @@ def main(argv: list[str] | None = None) -> int:
         default="frameworks",
         help="which upstream: frameworks (wheel metadata -> frameworks.yaml, the default), images "
         "(NVIDIA's container-images repository -> images.yaml), container-toolkit (its release tags -> "
-        "container_toolkit.yaml), or all",
+        "container_toolkit.yaml), cuda-redist (NVIDIA's CUDA redistrib manifests -> cuda.yaml min_driver), or all",
     )
     parser.add_argument(
         "--check",
@@ -693,7 +725,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         metavar="DIR",
         help="read a recorded copy of the upstream (tests/fixtures/refresh/<source>) instead of the network "
-        "(images, container-toolkit)",
+        "(images, container-toolkit, cuda-redist)",
     )
     parser.add_argument(
         "--source-key",
@@ -727,7 +759,7 @@ def _run(args: argparse.Namespace) -> int:
         if len(sources) != 1 or sources[0] == "frameworks":
             raise InputError(
                 "--from reads one recorded copy",
-                hint="use it with --source images or --source container-toolkit",
+                hint="use it with --source images, container-toolkit or cuda-redist",
             )
         if not (args.recorded / "SOURCE.txt").is_file():
             raise InputError(
@@ -736,7 +768,7 @@ def _run(args: argparse.Namespace) -> int:
             )
     if args.source_key is not None:
         _check_key(_sources(compat), args.source_key, "--source-key")
-    run = {"frameworks": _frameworks, "images": _images, "container-toolkit": _toolkit}
+    run = {"frameworks": _frameworks, "images": _images, "container-toolkit": _toolkit, "cuda-redist": _redist}
     worst = 0
     for name in sources:
         try:
