@@ -45,6 +45,16 @@ class Result(NamedTuple):
         return (self.out + self.err).strip()
 
 
+def secure_boot_path(hostvars: dict[str, Any]) -> str:
+    """The EFI variable the secure-boot check reads (the inventory may name another one)."""
+    return str(hostvars.get("preflight_secure_boot_efivar", SECURE_BOOT_EFIVAR))
+
+
+def secure_boot_command(hostvars: dict[str, Any]) -> str:
+    """Reads the variable's bytes; the path comes from the inventory, so it is quoted."""
+    return f"od -An -t u1 {shlex.quote(secure_boot_path(hostvars))}"
+
+
 def upstream_version(version: str) -> str:
     """580.95.05 from 580.95.05-1, 3:580.95.05-1ubuntu1 or (rpm VERSION) 580.95.05."""
     version = version.split(":", 1)[1] if ":" in version.split("-", 1)[0] else version
@@ -132,7 +142,7 @@ def planned_commands(target, checks: set[str] | None = None) -> list[str]:
     first = ["true", DETECT_VIRT, CONTAINER_MARKERS, read_command("/etc/os-release")]
     late: list[str] = []
     if wanted("secure-boot"):
-        first += [f"od -An -t u1 {hv.get('preflight_secure_boot_efivar', SECURE_BOOT_EFIVAR)}", MODULE_SIGNER]
+        first += [secure_boot_command(hv), MODULE_SIGNER]
     if wanted("nouveau-blacklisted") and hv.get("nvidia_driver_blacklist_nouveau", True):
         first.append(NOUVEAU_BLACKLIST)
     if wanted("nouveau-not-loaded"):

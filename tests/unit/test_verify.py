@@ -200,6 +200,21 @@ def test_secure_boot_check(plans):
     assert outcome(check_system.check_secure_boot, facts=facts_for(plan, disabled), target=target)[0] == "pass"
 
 
+def test_secure_boot_path_from_the_inventory_is_quoted():
+    """The EFI variable may come from the inventory (untrusted): it reaches the shell as one word."""
+    import subprocess
+
+    from provision.verify.facts import secure_boot_command
+
+    hostile = "/nonexistent; echo INJECTED"
+    command = secure_boot_command({"preflight_secure_boot_efivar": hostile})
+    assert command == "od -An -t u1 '/nonexistent; echo INJECTED'"
+    out = subprocess.run(["sh", "-c", command], check=False, capture_output=True, text=True, timeout=10)
+    assert out.returncode != 0
+    assert "INJECTED" not in out.stdout
+    assert secure_boot_command({}).startswith("od -An -t u1 /sys/firmware/efi/efivars/SecureBoot-")
+
+
 def test_nvidia_smi_check(plans):
     plan = plans["debian"]
     ok = facts_for(plan, {"nvidia-smi --query-gpu": Res(0, smi_line(plan))})

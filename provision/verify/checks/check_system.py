@@ -8,6 +8,7 @@ import re
 import pytest
 
 from provision.verify.checks import check, fail, kernel_check
+from provision.verify.facts import secure_boot_command, secure_boot_path
 
 # /etc/os-release ID for each of the plan's distributions (Ansible's names).
 OS_RELEASE_IDS = {"Ubuntu": "ubuntu", "Debian": "debian", "Rocky": "rocky", "RedHat": "rhel"}
@@ -34,10 +35,8 @@ def check_os(facts, plan, evidence):
 
 @check("secure-boot", "Secure Boot state allows the nvidia module to load")
 def check_secure_boot(facts, target, evidence):
-    path = target.hostvars.get(
-        "preflight_secure_boot_efivar", "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
-    )
-    res = facts.run(f"od -An -t u1 {path}")
+    path = secure_boot_path(target.hostvars or {})
+    res = facts.run(secure_boot_command(target.hostvars or {}))
     if res.rc != 0:
         evidence(f"{path}: absent (legacy BIOS boot or no EFI variables)")
         return
