@@ -73,3 +73,17 @@ def plan_by_build_kind(matrix, kind: str, os_id: str = "ubuntu22.04"):
                 if plan.framework.variant == build.variant:
                     return plan, build
     return None
+
+
+def one_error_line(args: list[str], capsys) -> tuple[int, str]:
+    """``python -m provision.matrix.refresh ARGS``, in-process, expected to fail with one error
+    line and a hint (never a traceback): its exit code and that line."""
+    from provision.matrix import refresh
+
+    rc = refresh.main(args)
+    err = capsys.readouterr().err
+    assert err.startswith("error: "), err
+    assert err.count("\n") == 1, err
+    assert "Traceback" not in err
+    assert "(hint: " in err
+    return rc, err

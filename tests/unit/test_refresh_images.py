@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import COMPAT
+from support import COMPAT, one_error_line
 
 from provision.errors import CompatDataError
 from provision.matrix import refresh, refresh_images
@@ -343,16 +343,6 @@ def test_text_that_would_break_the_catalogue_is_not_written(tmp_path):
 
 
 # -- every error is one line with its exit code -------------------------------------------------
-def one_error_line(args: list[str], capsys) -> tuple[int, str]:
-    rc = refresh.main(args)
-    err = capsys.readouterr().err
-    assert err.startswith("error: "), err
-    assert err.count("\n") == 1, err
-    assert "Traceback" not in err
-    assert "(hint: " in err
-    return rc, err
-
-
 def test_source_txt_without_a_key_line_is_bad_input(tmp_path, capsys):
     copy = tmp_path / "copy"
     shutil.copytree(COPY, copy)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import COMPAT
+from support import COMPAT, one_error_line
 
 from provision.matrix import refresh, refresh_redist
 from provision.matrix.loader import load_matrix
@@ -39,15 +39,6 @@ def run(args: list[str], capsys) -> tuple[int, str, str]:
     rc = refresh.main(args)
     captured = capsys.readouterr()
     return rc, captured.out, captured.err
-
-
-def one_error_line(args: list[str], capsys) -> tuple[int, str]:
-    rc, _, err = run(args, capsys)
-    assert err.startswith("error: "), err
-    assert err.count("\n") == 1, err
-    assert "Traceback" not in err
-    assert "(hint: " in err
-    return rc, err
 
 
 # -- the recorded copies ----------------------------------------------------------------------------

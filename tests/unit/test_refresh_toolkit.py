@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import COMPAT
+from support import COMPAT, one_error_line
 
 from provision.matrix import refresh, refresh_toolkit
 from provision.matrix.loader import load_matrix
@@ -66,16 +66,6 @@ def test_write_adds_and_corrects_rows_keeping_the_rest(tmp_path):
         == before.splitlines()[: before.splitlines().index("releases:") + 1]
     )
     assert str(load_matrix(compat).toolkit[0].version) == "1.20.1"
-
-
-def one_error_line(args: list[str], capsys) -> tuple[int, str]:
-    rc = refresh.main(args)
-    err = capsys.readouterr().err
-    assert err.startswith("error: "), err
-    assert err.count("\n") == 1, err
-    assert "Traceback" not in err
-    assert "(hint: " in err
-    return rc, err
 
 
 def copy_with_tags(tmp_path: Path, data: bytes | None) -> Path:
