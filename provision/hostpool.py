@@ -84,15 +84,19 @@ class Budget:
 # grandchild that ignores SIGTERM (a stuck nvidia-smi) running. So timeout runs in the
 # background; once it returns 124/137 the shell gives its group (pgid = timeout's pid) the rest
 # of KILL_AFTER, then SIGKILLs whatever is left in it. POSIX sh (dash, bash): no `kill --`.
-_GROUP_KILL = (
-    "timeout --kill-after={after} {seconds} sh -c {command} & p=$!\n"
-    "wait $p; rc=$?\n"
-    "if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then\n"
-    "  i=0; while kill -0 -$p 2>/dev/null && [ $i -lt {after} ]; do sleep 1; i=$((i+1)); done\n"
-    "  kill -KILL -$p 2>/dev/null\n"
-    "fi\n"
-    "exit $rc"
-)
+def group_kill(seconds: str, command: str, *, rc: str = "rc", after: int = KILL_AFTER) -> str:
+    """sh lines that run ``sh -c COMMAND`` (``command``: already a shell word) under coreutils
+    timeout for ``seconds`` (a number or a shell expansion), then SIGKILL its whole process group
+    once ``after`` more seconds pass, so that children ignoring SIGTERM end too; its exit status
+    is left in ``$rc``."""
+    return (
+        f"timeout --kill-after={after} {seconds} sh -c {command} & p=$!\n"
+        f"wait $p; {rc}=$?\n"
+        f"if [ ${rc} -eq 124 ] || [ ${rc} -eq 137 ]; then\n"
+        f"  i=0; while kill -0 -$p 2>/dev/null && [ $i -lt {after} ]; do sleep 1; i=$((i+1)); done\n"
+        "  kill -KILL -$p 2>/dev/null\n"
+        "fi\n"
+    )
 
 
 def remote_command(command: str, seconds: int, *, have_timeout: bool = True) -> str:
@@ -101,7 +105,7 @@ def remote_command(command: str, seconds: int, *, have_timeout: bool = True) -> 
     the host it runs as it is (the local deadline still ends the connection)."""
     if not have_timeout:
         return command
-    return _GROUP_KILL.format(after=KILL_AFTER, seconds=max(1, int(seconds)), command=shlex.quote(command))
+    return group_kill(str(max(1, int(seconds))), shlex.quote(command)) + "exit $rc"
 
 
 def connection_error(exc: BaseException) -> str:

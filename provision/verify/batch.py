@@ -28,7 +28,7 @@ import secrets
 import shlex
 from typing import NamedTuple
 
-from provision.hostpool import KILL_AFTER
+from provision.hostpool import KILL_AFTER, group_kill
 
 NOT_RUN = "not run: the host's deadline has passed"
 
@@ -45,19 +45,15 @@ def new_token() -> str:
 
 
 # t(): seconds since boot, from /proc/uptime without a process (date +%s where that is unreadable).
-# r(): $1 the command's number, $2 the command; s: its timeout, the host's deadline E permitting.
+# r(): $1 the command's number, $2 the command; s: its timeout, the host's deadline E permitting;
+# the command runs under hostpool.group_kill, as remote_command runs one.
 _FUNCTION = (
     "t() {{ if read n _ 2>/dev/null </proc/uptime; then n=${{n%.*}}; else n=$(date +%s); fi; }}\n"
     "r() {{\n"
     "  t; s=$((E - n - {after})); [ $s -gt {share} ] && s={share}\n"
     '  printf \'%s %s b\\n\' "$T" "$1"; printf \'%s %s b\\n\' "$T" "$1" >&2\n'
     "  if [ $s -gt 0 ]; then\n"
-    '    timeout --kill-after={after} $s sh -c "$2" </dev/null & p=$!\n'
-    "    wait $p; c=$?\n"
-    "    if [ $c -eq 124 ] || [ $c -eq 137 ]; then\n"
-    "      i=0; while kill -0 -$p 2>/dev/null && [ $i -lt {after} ]; do sleep 1; i=$((i+1)); done\n"
-    "      kill -KILL -$p 2>/dev/null\n"
-    "    fi\n"
+    "{run}"
     "  else c=-; s=0; fi\n"
     '  printf \'\\n%s %s e %s %s\\n\' "$T" "$1" "$c" "$s"; printf \'\\n%s %s e %s %s\\n\' "$T" "$1" "$c" "$s" >&2\n'
     "}}\n"
@@ -69,7 +65,10 @@ def script(commands: list[str], token: str, *, left: float, share: int, kill_aft
     (each command is stopped `kill_after` seconds before it), `share`: the most one command gets."""
     if not re.fullmatch(r"[A-Za-z0-9-]{16,}", token):
         raise ValueError("a batch token is letters, digits and dashes, 16 at least")
-    head = f"T={token}\n" + _FUNCTION.format(after=int(kill_after), share=max(1, int(share)))
+    run = "".join(
+        f"    {line}\n" for line in group_kill("$s", '"$2" </dev/null', rc="c", after=int(kill_after)).splitlines()
+    )
+    head = f"T={token}\n" + _FUNCTION.format(after=int(kill_after), share=max(1, int(share)), run=run)
     body = "".join(f"r {i} {shlex.quote(command)}\n" for i, command in enumerate(commands))
     return head + f"t; E=$((n + {max(0, int(left))}))\n" + body + "exit 0"
 
