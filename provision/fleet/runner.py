@@ -123,16 +123,19 @@ def _message(res: dict[str, Any]) -> str:
     return " ".join(text.split())[:400]
 
 
+def _action(event_data: dict[str, Any]) -> str:
+    """The module an event's task called (its full name where ansible-runner resolves it)."""
+    return event_data.get("resolved_action") or event_data.get("task_action") or ""
+
+
 def is_reboot(event_data: dict[str, Any]) -> bool:
     """Whether a runner_on_ok event is a reboot that happened: the reboot module, rebooted: true."""
-    action = event_data.get("resolved_action") or event_data.get("task_action") or ""
-    return action in REBOOT_ACTIONS and (event_data.get("res") or {}).get("rebooted") is True
+    return _action(event_data) in REBOOT_ACTIONS and (event_data.get("res") or {}).get("rebooted") is True
 
 
 def is_converged(event_data: dict[str, Any]) -> bool:
     """Whether a runner_on_ok event is site.yml's check sorting its host into CONVERGED_GROUP."""
-    action = event_data.get("resolved_action") or event_data.get("task_action") or ""
-    return action in GROUP_BY_ACTIONS and (event_data.get("res") or {}).get("add_group") == CONVERGED_GROUP
+    return _action(event_data) in GROUP_BY_ACTIONS and (event_data.get("res") or {}).get("add_group") == CONVERGED_GROUP
 
 
 class _Sorting:
