@@ -10,6 +10,7 @@ import shlex
 import pytest
 
 from provision.verify.checks import assert_packages, check, fail
+from provision.verify.facts import CTK_VERSION
 
 
 @check("container-toolkit", "the NVIDIA Container Toolkit is at the planned version and held")
@@ -20,7 +21,7 @@ def check_container_toolkit(facts, plan, target, evidence):
         bool(target.hostvars.get("container_runtime_hold", True)),
         evidence,
     )
-    res = facts.run("nvidia-ctk --version")
+    res = facts.run(CTK_VERSION)
     match = re.search(r"version (\d+\.\d+\.\d+)", res.out)
     evidence(f"nvidia-ctk --version: {match.group(1) if match else res.text[:80] or res.rc}")
     if not match or match.group(1) != plan.container_toolkit.version:

@@ -9,7 +9,7 @@ import shlex
 import pytest
 
 from provision.verify.checks import assert_packages, check, fail
-from provision.verify.facts import MODULE_OPTIONS_FILE
+from provision.verify.facts import FABRIC_MANAGER_VERSION, MIG_LGI, MODULE_OPTIONS_FILE
 
 
 def _need_smi(facts):
@@ -96,7 +96,7 @@ def check_fabric_manager(facts, plan, evidence):
         return
     if active != "active" or enabled != "enabled":
         fail(f"nvidia-fabricmanager is {active}/{enabled}: NVSwitch GPUs stay unusable for CUDA without it")
-    res = facts.run("nv-fabricmanager --version")
+    res = facts.run(FABRIC_MANAGER_VERSION)
     match = re.search(r"(\d+\.\d+(?:\.\d+)?)", res.out)
     evidence(f"nv-fabricmanager --version: {res.text.splitlines()[0] if res.text else res.rc}")
     if not match or match.group(1) != plan.fabric_manager.version:
@@ -185,7 +185,7 @@ def check_mig(facts, target, evidence):
     off = [i for i, (c, _) in modes.items() if c != "Enabled"]
     if off:
         fail(f"MIG mode is off on GPU {', '.join(off)}")
-    res = facts.run("nvidia-smi mig -lgi")
+    res = facts.run(MIG_LGI)
     if res.rc != 0:
         fail(f"nvidia-smi mig -lgi fails: {res.text.splitlines()[0] if res.text else res.rc}")
     found: dict[str, list[tuple[str, int]]] = {}

@@ -8,7 +8,14 @@ import re
 import pytest
 
 from provision.verify.checks import check, fail, kernel_check
-from provision.verify.facts import secure_boot_command, secure_boot_path
+from provision.verify.facts import (
+    DNF_KERNEL_SECURITY,
+    MODULE_SIGNER,
+    NOUVEAU_BLACKLIST,
+    NOUVEAU_LOADED,
+    secure_boot_command,
+    secure_boot_path,
+)
 
 # /etc/os-release ID for each of the plan's distributions (Ansible's names).
 OS_RELEASE_IDS = {"Ubuntu": "ubuntu", "Debian": "debian", "Rocky": "rocky", "RedHat": "rhel"}
@@ -46,7 +53,7 @@ def check_secure_boot(facts, target, evidence):
     if not enabled:
         return
     kernel_check(facts)
-    signer = facts.run("modinfo -F signer nvidia 2>/dev/null")
+    signer = facts.run(MODULE_SIGNER)
     if signer.rc != 0:
         fail("Secure Boot is enabled and no nvidia module is installed for the running kernel")
     if not signer.out.strip():
@@ -61,9 +68,7 @@ def check_secure_boot(facts, target, evidence):
 def check_nouveau_blacklisted(facts, target, evidence):
     if not target.hostvars.get("nvidia_driver_blacklist_nouveau", True):
         pytest.skip("nvidia_driver_blacklist_nouveau is false for this host")
-    res = facts.run(
-        "grep -lsE '^[[:space:]]*blacklist[[:space:]]+nouveau' /etc/modprobe.d/*.conf /usr/lib/modprobe.d/*.conf"
-    )
+    res = facts.run(NOUVEAU_BLACKLIST)
     if res.rc != 0 or not res.out.strip():
         fail("no modprobe.d file blacklists nouveau: it can bind the GPU before nvidia does")
     evidence("blacklisted in " + ", ".join(res.out.split()))
@@ -72,7 +77,7 @@ def check_nouveau_blacklisted(facts, target, evidence):
 @check("nouveau-not-loaded", "nouveau is not loaded")
 def check_nouveau_not_loaded(facts, evidence):
     kernel_check(facts)
-    res = facts.run("grep -E '^nouveau ' /proc/modules")
+    res = facts.run(NOUVEAU_LOADED)
     if res.out.strip():
         fail("the nouveau module is loaded: reboot after blacklisting it (initramfs regenerated)")
     evidence("/proc/modules: no nouveau")
@@ -132,7 +137,7 @@ def check_kernel_hold(facts, plan, target, evidence, warning):
             if security:
                 pending.append(f"{name} {inst} -> {cand}")
     else:
-        res = facts.run("dnf -q updateinfo list --security --available 'kernel*' 2>/dev/null")
+        res = facts.run(DNF_KERNEL_SECURITY)
         pending = [line.split()[-1] for line in res.out.splitlines() if line.strip() and "kernel" in line]
         evidence(f"dnf updateinfo --security kernel*: {len(pending)} advisory line(s)")
     if pending:
