@@ -4,11 +4,13 @@ redistrib manifests, ``https://developer.download.nvidia.com/compute/cuda/redist
 Up to CUDA 13.3 each manifest carries the Linux driver bundled with the release (its
 ``nvidia_driver`` component: ``version`` and one ``linux-<arch>`` archive per architecture). The
 release notes' Table 3 ("CUDA Toolkit and Corresponding Driver Versions"), which cuda.yaml's
-``min_driver`` cites, lists that driver for most releases. Where the two differ (Table 3 can list
-an earlier minimum than the driver the release bundles; tests/fixtures/refresh/cuda-redist/SOURCES.md
-names the releases), the difference is reported as drift with its diff, and a rewrite prints that
-diff too. From 13.4 on the manifests carry no driver: that gives one finding line, and the row stays
-with the release notes.
+``min_driver`` cites, lists that driver for most releases. Table 3 gives a minimum, so a bundled
+driver of the same branch that is newer than it agrees with the row: one note line, not drift
+(12.2.1 bundles 535.86.10 over Table 3's 535.86.09, 12.8.0 bundles 570.86.10 over 570.26;
+tests/fixtures/refresh/cuda-redist/SOURCES.md). A bundled driver of another branch, or one older
+than the row's minimum, contradicts the row: drift, shown as a diff, which a rewrite prints too.
+From 13.4 on the manifests carry no driver: that gives one finding line, and the row stays with
+the release notes.
 
 Which rows it owns: the cuda.yaml rows whose manifest it reads (``min_driver``; it checks that the
 manifest's ``release_label`` is the row's version and that the row's ``label`` names the same X.Y).
@@ -282,6 +284,13 @@ def compare(cuda_doc: dict[str, Any], found: dict[str, Manifest]) -> Report:
             report.notes.append(f"{version}: the manifest carries no driver; min_driver stays with the release notes")
             theirs.append(_line(version, row["min_driver"]))
             continue
+        if m.driver != row["min_driver"] and above_in_branch(m.driver, row["min_driver"]):
+            theirs.append(_line(version, row["min_driver"]))
+            report.notes.append(
+                f"{version}: the manifest bundles driver {m.driver}, newer in branch {m.driver.partition('.')[0]} than "
+                f"cuda.yaml's minimum {row['min_driver']} (source {row['source']}); not drift: the minimum stays"
+            )
+            continue
         theirs.append(_line(version, m.driver))
         if m.driver != row["min_driver"]:
             report.changed[version] = (row["min_driver"], m.driver)
@@ -292,6 +301,11 @@ def compare(cuda_doc: dict[str, Any], found: dict[str, Manifest]) -> Report:
     report.diff = list(difflib.unified_diff(mine, theirs, "compat/cuda.yaml", "redistrib manifests"))
     report.notes.extend(arch_notes(found.values()))
     return report
+
+
+def above_in_branch(bundled: str, minimum: str) -> bool:
+    """Whether ``bundled`` is a later release of ``minimum``'s branch (570.86.10 over 570.26)."""
+    return bundled.partition(".")[0] == minimum.partition(".")[0] and _key(bundled) > _key(minimum)
 
 
 def _new_release_note(m: Manifest) -> str:

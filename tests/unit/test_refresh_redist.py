@@ -16,8 +16,8 @@ from provision.matrix.loader import load_matrix
 COPIES = Path(__file__).resolve().parent.parent / "fixtures" / "refresh" / "cuda-redist"
 CATALOGUED = COPIES / "catalogued"
 UPSTREAM = COPIES / "upstream-13.3"
-# Where Table 3 (the release notes' minimum, which cuda.yaml cites) is not the driver the release
-# bundles: the recorded manifests show it, and the check must say so rather than hide it.
+# Where Table 3 (the release notes' minimum, which cuda.yaml cites) is below the driver the release
+# bundles, in the same branch: the check agrees with the row and says so in a note.
 TABLE3_BELOW_BUNDLED = {"12.2.1": ("535.86.09", "535.86.10"), "12.8.0": ("570.26", "570.86.10")}
 
 
@@ -64,29 +64,43 @@ def test_every_recorded_copy_is_a_catalogued_release_and_reproduces_its_min_driv
     assert all(rows[v]["source"] in ("cuda-release-notes", "cuda-runfiles") for v in found)
 
 
-def test_check_over_the_catalogued_copies_shows_exactly_the_two_table3_rows(capsys):
+def test_check_over_the_catalogued_copies_reports_no_drift_and_notes_the_two_table3_rows(capsys):
     rc, out, err = run(["--source", "cuda-redist", "--check", "--from", str(CATALOGUED)], capsys)
-    assert rc == 1
-    assert out.startswith("--- compat/cuda.yaml\n+++ redistrib manifests\n")
-    removed = sorted(ln for ln in out.splitlines() if ln.startswith("-{"))
-    added = sorted(ln for ln in out.splitlines() if ln.startswith("+{"))
-    assert removed == ['-{version: "12.2.1", min_driver: "535.86.09"}', '-{version: "12.8.0", min_driver: "570.26"}']
-    assert added == ['+{version: "12.2.1", min_driver: "535.86.10"}', '+{version: "12.8.0", min_driver: "570.86.10"}']
-    assert "12.8.0: the manifest bundles driver 570.86.10; cuda.yaml's min_driver is 570.26" in err
+    assert (rc, out) == (0, ""), err
+    for version, (minimum, bundled) in TABLE3_BELOW_BUNDLED.items():
+        branch = minimum.split(".")[0]
+        assert (
+            f"{version}: the manifest bundles driver {bundled}, newer in branch {branch} than cuda.yaml's minimum "
+            f"{minimum} (source cuda-release-notes); not drift: the minimum stays"
+        ) in err
+    assert "differs" not in err
     assert "bundled driver ships for x86_64, sbsa: 12.5.0, " in err
     assert "bundled driver ships for x86_64, ppc64le, sbsa: 11.8.0, 12.0.0, " in err
-    assert err.rstrip().splitlines()[-2].endswith("13.1.1, 13.2.0, 13.2.1, 13.2.2")
+    assert err.rstrip().splitlines()[-1].endswith("13.1.1, 13.2.0, 13.2.1, 13.2.2")
 
 
-def test_the_reproducing_releases_alone_check_clean(tmp_path, capsys):
-    """A copy holding only the releases whose bundled driver is Table 3's minimum: no drift, exit 0."""
-    copy = tmp_path / "same"
-    shutil.copytree(CATALOGUED, copy)
-    for version in TABLE3_BELOW_BUNDLED:
-        (copy / f"redistrib_{version}.json").unlink()
-    rc, out, err = run(["--source", "cuda-redist", "--check", "--from", str(copy)], capsys)
+def test_a_rewrite_from_the_catalogued_copies_leaves_cuda_yaml_byte_identical(tmp_path, capsys):
+    compat = compat_copy(tmp_path)
+    before = (compat / "cuda.yaml").read_bytes()
+    rc, out, err = run(["--compat-dir", str(compat), "--source", "cuda-redist", "--from", str(CATALOGUED)], capsys)
     assert (rc, out) == (0, ""), err
-    assert "differs" not in err
+    assert (compat / "cuda.yaml").read_bytes() == before
+    assert f"unchanged: {compat / 'cuda.yaml'}" in err
+
+
+@pytest.mark.parametrize(
+    ("bundled", "minimum", "agrees"),
+    [
+        ("570.86.10", "570.26", True),  # a later release of the branch: Table 3's minimum holds
+        ("535.86.10", "535.86.09", True),
+        ("570.26", "570.26", False),  # equal is not "above": compare() handles it as a match
+        ("570.25", "570.26", False),  # bundling less than the minimum contradicts the row
+        ("575.51.03", "570.26", False),  # another branch is never the same minimum
+        ("565.57.01", "570.26", False),
+    ],
+)
+def test_above_in_branch(bundled, minimum, agrees):
+    assert refresh_redist.above_in_branch(bundled, minimum) is agrees
 
 
 # -- upstream moved ---------------------------------------------------------------------------------
@@ -124,48 +138,63 @@ def with_driver(tmp_path: Path, version: str, driver: str | None) -> Path:
     return copy
 
 
-def test_a_changed_bundled_driver_is_drift_with_a_diff(tmp_path, capsys):
-    copy = with_driver(tmp_path, "12.6.3", "560.35.99")
+@pytest.mark.parametrize("driver", ["560.35.01", "565.57.01"])  # older than the minimum; another branch
+def test_a_bundled_driver_that_contradicts_the_row_is_drift_with_a_diff(tmp_path, capsys, driver):
+    copy = with_driver(tmp_path, "12.6.3", driver)
     rc, out, err = run(["--source", "cuda-redist", "--check", "--from", str(copy)], capsys)
     assert rc == 1
-    assert '\n-{version: "12.6.3", min_driver: "560.35.05"}\n' in out
-    assert '\n+{version: "12.6.3", min_driver: "560.35.99"}\n' in out
+    minus = [ln for ln in out.splitlines() if ln.startswith("-{")]
+    plus = [ln for ln in out.splitlines() if ln.startswith("+{")]
+    assert (minus, plus) == (
+        ['-{version: "12.6.3", min_driver: "560.35.05"}'],
+        [f'+{{version: "12.6.3", min_driver: "{driver}"}}'],
+    )
     assert "compat/cuda.yaml differs from NVIDIA's CUDA redistrib manifests" in err
 
 
-def test_refresh_rewrites_the_changed_rows_shows_them_and_keeps_the_rest(tmp_path, capsys):
-    compat = compat_copy(tmp_path)
-    sources = compat / "sources.yaml"
-    sources.write_text(
-        sources.read_text().replace(
-            "sources:\n",
-            'sources:\n  cuda-redist-manifests:\n    title: "NVIDIA CUDA redistrib manifests"\n'
-            "    url: https://developer.download.nvidia.com/compute/cuda/redist/\n"
-            '    retrieved: "2026-12-01"\n    kind: primary\n',
-            1,
-        )
-    )
-    before = (compat / "cuda.yaml").read_text().splitlines()
+def test_a_later_bundled_driver_of_the_same_branch_is_a_note(tmp_path, capsys):
     copy = with_driver(tmp_path, "12.6.3", "560.35.99")
+    rc, out, err = run(["--source", "cuda-redist", "--check", "--from", str(copy)], capsys)
+    assert (rc, out) == (0, ""), err
+    assert (
+        "12.6.3: the manifest bundles driver 560.35.99, newer in branch 560 than cuda.yaml's minimum 560.35.05" in err
+    )
+
+
+def test_refresh_rewrites_the_changed_row_shows_it_and_keeps_the_rest(tmp_path, capsys):
+    compat = compat_copy(tmp_path)
+    before = (compat / "cuda.yaml").read_text().splitlines()
+    copy = with_driver(tmp_path, "12.6.3", "560.35.01")
     args = ["--compat-dir", str(compat), "--source", "cuda-redist", "--from", str(copy)]
     rc, out, err = run(args, capsys)
     assert rc == 0, err
-    assert '+{version: "12.6.3", min_driver: "560.35.99"}' in out  # shown, not silent
+    assert '+{version: "12.6.3", min_driver: "560.35.01"}' in out  # shown, not silent
     after = (compat / "cuda.yaml").read_text().splitlines()
     changed = [(a, b) for a, b in zip(before, after, strict=True) if a != b]
-    assert len(changed) == 3  # 12.6.3, and the two rows where Table 3 is below the bundled driver
-    assert any('version: "12.6.3"' in b and 'min_driver: "560.35.99"' in b for _, b in changed)
-    assert all(b.endswith("source: cuda-redist-manifests}") for _, b in changed)
-    assert str(next(c for c in load_matrix(compat).cuda if str(c.version) == "12.6.3").min_driver) == "560.35.99"
+    assert len(changed) == 1  # the two Table 3 rows below their bundled driver stay
+    assert 'version: "12.6.3"' in changed[0][1]
+    assert 'min_driver: "560.35.01"' in changed[0][1]
+    assert changed[0][1].endswith("source: cuda-redist-manifests}")
+    assert str(next(c for c in load_matrix(compat).cuda if str(c.version) == "12.6.3").min_driver) == "560.35.01"
     assert run([*args, "--check"], capsys)[0] == 0
 
 
-def test_refresh_needs_the_manifests_source_key_before_it_writes(tmp_path, capsys):
+def test_the_manifests_source_key_is_in_the_catalogue_with_where_it_was_read():
+    entry = yaml.safe_load((COMPAT / "sources.yaml").read_text())["sources"][refresh_redist.DEFAULT_KEY]
+    assert entry["url"] == refresh_redist.UPSTREAM
+    assert entry["kind"] == "primary-copy"  # the recorded copies came through nixpkgs / cuda-packages
+    assert "SOURCES.md" in entry["note"]
+
+
+def test_refresh_needs_its_source_key_before_it_writes(tmp_path, capsys):
     compat = compat_copy(tmp_path)
+    sources = compat / "sources.yaml"
+    doc = yaml.safe_load(sources.read_text())
+    del doc["sources"][refresh_redist.DEFAULT_KEY]
+    sources.write_text(yaml.safe_dump(doc, sort_keys=False))
     before = (compat / "cuda.yaml").read_bytes()
-    rc, err = one_error_line(
-        ["--compat-dir", str(compat), "--source", "cuda-redist", "--from", str(CATALOGUED)], capsys
-    )
+    copy = with_driver(tmp_path, "12.6.3", "560.35.01")
+    rc, err = one_error_line(["--compat-dir", str(compat), "--source", "cuda-redist", "--from", str(copy)], capsys)
     assert (rc, "source key cuda-redist-manifests: not a key of compat/sources.yaml" in err) == (2, True), err
     assert (compat / "cuda.yaml").read_bytes() == before
 
@@ -176,8 +205,7 @@ def test_a_catalogued_release_whose_manifest_has_no_driver_is_a_finding_not_a_cr
     assert manifests(copy)["13.0.0"].driver is None
     rc, out, err = run(["--source", "cuda-redist", "--check", "--from", str(copy)], capsys)
     assert "13.0.0: the manifest carries no driver; min_driver stays with the release notes\n" in err
-    assert 'version: "13.0.0"' not in "".join(ln for ln in out.splitlines(keepends=True) if ln[:1] in "+-")
-    assert rc == 1  # the two Table 3 rows still differ; 13.0.0 is not among them
+    assert (rc, out) == (0, ""), err  # the row stays: no diff, no drift
 
 
 def test_a_new_release_without_a_driver_is_reported_never_invented(tmp_path, capsys):
