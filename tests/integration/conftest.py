@@ -19,6 +19,25 @@ from provision.plan.model import PlanRequest
 from provision.plan.resolve import resolve
 
 FLEET = {"a100": ("debian12", "a100-pcie"), "h100": ("debian12", "h100-sxm")}
+
+
+# The session's fleet (fleet_env) is shared: test_fleet_apply converges gpu-a/b/c from fresh and
+# asserts that every host changed, while the other modules start from converged hosts
+# (converged_fleet) or change them. So test_fleet_apply runs first whatever order the files are
+# named in (`pytest tests/integration/test_fleet_verify.py tests/integration/test_fleet_apply.py`);
+# the rest keep the order pytest collected them in, and so do the tests outside this folder.
+FIRST_MODULE = "test_fleet_apply.py"
+
+
+def pytest_collection_modifyitems(config, items):
+    here = Path(__file__).resolve().parent
+    slots = [i for i, item in enumerate(items) if item.path.parent == here]  # this folder's tests, in place
+    mine = [items[i] for i in slots]
+    ordered = [t for t in mine if t.path.name == FIRST_MODULE] + [t for t in mine if t.path.name != FIRST_MODULE]
+    for i, item in zip(slots, ordered, strict=True):
+        items[i] = item
+
+
 # The mixed fleet: the same GPU on Debian 12 and on Rocky Linux 9.
 ROCKY_FLEET = {"a100": ("debian12", "a100-pcie"), "rocky_a100": ("rocky9", "a100-pcie")}
 # What each fake host reports, in nvidia-smi's words, for the GPU it stands in for.
