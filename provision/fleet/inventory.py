@@ -109,6 +109,10 @@ def select_hosts(inventory: Inventory, limit: str | None) -> list[str]:
 
 
 _GROUP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
+# The groups provision.gpu.site's check play sorts hosts into (group_by): the rolling play
+# changes the hosts of provision_to_change. An inventory or fleet file that names one of them
+# would put hosts there that the check did not sort there (one whose check failed, too).
+RESERVED_GROUPS = ("provision_converged", "provision_to_change")
 
 
 def check_group_name(group: str) -> str:
@@ -118,6 +122,11 @@ def check_group_name(group: str) -> str:
         raise InputError(
             f"fleet group {group!r} is not a usable group name",
             hint="letters, digits, '_' and '-', starting with a letter or '_' (as Ansible group names)",
+        )
+    if group in RESERVED_GROUPS:
+        raise InputError(
+            f"fleet group {group!r} is a name provision apply sorts hosts into",
+            hint=f"rename the group: {' and '.join(RESERVED_GROUPS)} are reserved",
         )
     return group
 
@@ -191,7 +200,11 @@ class Problem(NamedTuple):
 
 def check_inventory(inventory: Inventory, fleet_groups: list[str] | None) -> list[Problem]:
     """Problems that must stop a run before it starts."""
-    problems: list[Problem] = []
+    problems: list[Problem] = [
+        Problem(None, f"the inventory has a group {group!r}: provision apply sorts hosts into it; rename the group")
+        for group in RESERVED_GROUPS
+        if group in inventory.groups
+    ]
     endpoints: dict[tuple[str, str], str] = {}
     for host, hv in sorted(inventory.hosts.items()):
         port = hv.get("ansible_port", hv.get("ansible_ssh_port"))

@@ -22,7 +22,7 @@ REBOOT_ACTIONS = frozenset({"ansible.builtin.reboot", "ansible.legacy.reboot"})
 # checks these names against site.yml. A host the check passed that is neither converged nor
 # reached by a later play was held back: the run stopped before its batch.
 CHECK_PLAY = "Check each host against the state its last run recorded"
-CONVERGED_GROUP = "provision_converged"
+CONVERGED_GROUP = "provision_converged"  # one of provision.fleet.inventory.RESERVED_GROUPS
 GROUP_BY_ACTIONS = frozenset({"ansible.builtin.group_by", "ansible.legacy.group_by"})
 
 

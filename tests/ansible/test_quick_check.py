@@ -6,12 +6,14 @@ The play structure is read from site.yml; the behaviour is Ansible's own, run th
 as `provision apply` runs it, with site.yml's plays keeping their hosts, batches, fail budget and
 sorting task but with stand-in tasks (a fake check result, a task that fails on chosen hosts)."""
 
+import re
 import sys
 
 import pytest
 import yaml
 from paths import SITE
 
+from provision.fleet.inventory import RESERVED_GROUPS
 from provision.fleet.runner import CHECK_PLAY, CONVERGED_GROUP, HostResult, RunResult, run_playbook
 
 VARS_FILE = "vars/converged_state.yml"
@@ -53,6 +55,8 @@ def test_the_check_play_comes_first_and_rolls_nothing():
     key = sort_task(check)["ansible.builtin.group_by"]["key"]
     assert f"'{CONVERGED_GROUP}'" in key
     assert "'provision_to_change'" in key
+    # the names an inventory or fleet file may not use are exactly those the check sorts into
+    assert set(re.findall(r"'(provision_[a-z_]+)'", key)) == set(RESERVED_GROUPS)
     assert "provision_to_change" in rolling["hosts"], "the rollout changes only the hosts to change"
     assert rolling["serial"] == "{{ provision_serial | default('20%') }}"
 

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from provision.errors import InputError
-from provision.fleet.inventory import check_inventory, load_fleet, load_inventory, ungrouped_hosts
+from provision.fleet.inventory import check_group_name, check_inventory, load_fleet, load_inventory, ungrouped_hosts
 
 # a fixture catalogue id: the commands below read tests/fixtures/compat, not today's compat/
 GPU = "a100-pcie-80gb"
@@ -74,6 +74,22 @@ def test_fleet_coverage(tmp_path):
     assert len(doubled) == 3
     missing = check_inventory(inv, ["a100", "h100", "b200"])
     assert any("plans group 'b200'" in p.text for p in missing)
+
+
+@pytest.mark.parametrize("group", ["provision_to_change", "provision_converged"])
+def test_an_inventory_group_named_as_apply_sorts_hosts_is_refused(tmp_path, group):
+    doc = json.loads(json.dumps(GOOD))
+    doc["all"]["children"][group] = {"hosts": {"n1": None}}  # would put n1 in the rollout unchecked
+    problems = check_inventory(load_inventory(write_inventory(tmp_path, doc)), ["a100", "h100"])
+    assert [(p.host, p.text) for p in problems] == [
+        (None, f"the inventory has a group {group!r}: provision apply sorts hosts into it; rename the group")
+    ]
+
+
+@pytest.mark.parametrize("group", ["provision_to_change", "provision_converged"])
+def test_a_fleet_group_named_as_apply_sorts_hosts_is_refused(group):
+    with pytest.raises(InputError, match=f"fleet group '{group}' is a name provision apply sorts hosts into"):
+        check_group_name(group)
 
 
 def test_connection_variables(tmp_path):
