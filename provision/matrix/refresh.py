@@ -581,6 +581,16 @@ def replace_checked(compat: Path, name: str, text: str) -> None:
         raise InputError(f"cannot write {target}: {exc.strerror or exc}", hint="make compat/ writable") from None
 
 
+def _checked(diff: list[str], out, err, *, file: str, upstream: str, drift: bool | None = None) -> int:
+    """--check's answer: no drift (by default: no diff) is 0; drift prints the diff to ``out``,
+    names it on ``err``, and is 1."""
+    if not (bool(diff) if drift is None else drift):
+        return 0
+    out.writelines(diff)
+    print(f"compat/{file} differs from {upstream}", file=err)
+    return 1
+
+
 def _frameworks(compat: Path, args: argparse.Namespace, out, err) -> int:
     try:
         doc = refresh(compat, log=lambda m: print(m, file=err))
@@ -601,12 +611,10 @@ def _frameworks(compat: Path, args: argparse.Namespace, out, err) -> int:
         old.pop("generated", None)
         new = dict(doc)
         new.pop("generated", None)
-        if old != new:
-            strip = lambda d: [ln for ln in dump(d).splitlines(keepends=True) if not ln.startswith("#")]  # noqa: E731
-            out.writelines(difflib.unified_diff(strip(old), strip(new), "compat/frameworks.yaml", "upstream"))
-            print("compat/frameworks.yaml is out of date: run python -m provision.matrix.refresh", file=err)
-            return 1
-        return 0
+        strip = lambda d: [ln for ln in dump(d).splitlines(keepends=True) if not ln.startswith("#")]  # noqa: E731
+        diff = list(difflib.unified_diff(strip(old), strip(new), "compat/frameworks.yaml", "upstream"))
+        upstream = "the wheel metadata on the package indexes: run python -m provision.matrix.refresh"
+        return _checked(diff if old != new else [], out, err, file="frameworks.yaml", upstream=upstream)
     try:
         target.write_text(dump(doc))
     except OSError as exc:
@@ -625,12 +633,8 @@ def _images(compat: Path, args: argparse.Namespace, out, err) -> int:
         get, owned = ri.live_get(http_fetch), ri.LIVE_KEYS
     try:
         if args.check:
-            diff = ri.check(compat, get, owned)
-            if diff:
-                out.writelines(diff)
-                print("compat/images.yaml differs from NVIDIA's container-images repository", file=err)
-                return 1
-            return 0
+            upstream = "NVIDIA's container-images repository"
+            return _checked(ri.check(compat, get, owned), out, err, file="images.yaml", upstream=upstream)
         if args.source_key is None and args.recorded is None:
             raise InputError(
                 "images: name the compat/sources.yaml key of what you read",
@@ -655,12 +659,8 @@ def _toolkit(compat: Path, args: argparse.Namespace, out, err) -> int:
     raw = _catalogue(compat)
     listing = rt.recorded_listing(args.recorded) if args.recorded is not None else rt.live_listing()
     if args.check:
-        diff = rt.check(compat, listing)
-        if diff:
-            out.writelines(diff)
-            print("compat/container_toolkit.yaml differs from the toolkit's release tags", file=err)
-            return 1
-        return 0
+        upstream = "the toolkit's release tags"
+        return _checked(rt.check(compat, listing), out, err, file="container_toolkit.yaml", upstream=upstream)
     key = args.source_key or "nvidia-container-toolkit"
     _check_key(raw, key, "--source-key" if args.source_key else "source key")
     text = rt.write(compat, listing, key)
@@ -685,11 +685,8 @@ def _redist(compat: Path, args: argparse.Namespace, out, err) -> int:
     for note in report.notes:
         print(f"  {note}", file=err)
     if args.check:
-        if report.drift:
-            out.writelines(report.diff)
-            print("compat/cuda.yaml differs from NVIDIA's CUDA redistrib manifests", file=err)
-            return 1
-        return 0
+        upstream = "NVIDIA's CUDA redistrib manifests"
+        return _checked(report.diff, out, err, file="cuda.yaml", upstream=upstream, drift=report.drift)
     text = None
     if report.changed:
         out.writelines(report.diff)  # what is rewritten is shown, never silent
