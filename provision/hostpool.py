@@ -25,6 +25,7 @@ import os
 import shlex
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
@@ -44,6 +45,10 @@ class Job(NamedTuple):
     name: str  # the host
     argv: Sequence[str]
     stdin: bytes = b""
+    # "package.module:function": what argv runs, as a function of the stdin bytes that prints as
+    # argv would and returns its exit status; run_jobs may call it in a forked child instead of
+    # starting argv (see run_jobs, preload).
+    entry: str | None = None
 
 
 class Outcome(NamedTuple):
@@ -234,13 +239,22 @@ def run_jobs(
     timeout: float,
     env: dict[str, str] | None = None,
     on_done: Callable[[Outcome], None] | None = None,
+    preload: Sequence[str] = (),
 ) -> list[Outcome]:
     """Run the jobs, at most ``forks`` at once, each for at most ``timeout`` seconds; the outcomes
-    come back in the jobs' order. An interrupt (Ctrl-C) ends every running job's group."""
+    come back in the jobs' order. An interrupt (Ctrl-C) ends every running job's group.
+
+    With ``preload``, and more than one job, each with an ``entry``, the ``preload`` modules are
+    imported here once and each job runs as a child forked from this process (_fork_jobs): a
+    Python worker then costs a fork, not an interpreter start and its imports (pytest and
+    testinfra: a third of a second of CPU per host). Each child leads a session of its own as a
+    started worker does, so the deadline and Ctrl-C end its group the same way."""
     import signal
     import subprocess
     import threading
 
+    if preload and len(jobs) > 1 and all(job.entry for job in jobs) and hasattr(os, "fork"):
+        return _fork_jobs(jobs, forks=forks, timeout=timeout, env=env, on_done=on_done, preload=preload)
     live: dict[int, subprocess.Popen] = {}
     lock = threading.Lock()
 
@@ -266,14 +280,7 @@ def run_jobs(
         finally:
             with lock:
                 live.pop(proc.pid, None)
-        result = Outcome(
-            job.name,
-            rc,
-            out.decode("utf-8", "replace"),
-            err.decode("utf-8", "replace"),
-            round(time.monotonic() - t0, 3),
-            started,
-        )
+        result = _outcome(job, rc, (out, err), t0, started)
         if on_done is not None:
             on_done(result)
         return result
@@ -292,17 +299,159 @@ def run_jobs(
             f.cancel()
         with lock:
             for proc in list(live.values()):
-                _signal_group(proc, signal.SIGKILL)
+                _kill_group(proc.pid, signal.SIGKILL)
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+def _outcome(job: Job, rc: int | None, output: tuple[bytes, bytes], t0: float, started: float) -> Outcome:
+    out, err = (data.decode("utf-8", "replace") for data in output)
+    return Outcome(job.name, rc, out, err, round(time.monotonic() - t0, 3), started)
+
+
+# -- workers forked from this process, their modules imported once ---------------------------------
+POLL = 0.02  # seconds between looks at the running children
+
+
+class _Forked(NamedTuple):
+    index: int
+    pid: int
+    t0: float
+    started: float
+    paths: tuple[str, str]  # the child's stdout and stderr
+
+
+def _fork_jobs(
+    jobs: Sequence[Job],
+    *,
+    forks: int,
+    timeout: float,
+    env: dict[str, str] | None,
+    on_done: Callable[[Outcome], None] | None,
+    preload: Sequence[str],
+) -> list[Outcome]:
+    """run_jobs for jobs with an ``entry``: ``preload`` imported here once, then each job a child
+    forked from this thread (no other thread of run_jobs' runs, so none holds a lock the child
+    would need), in a session of its own, its output in files of a private directory."""
+    import importlib
+    import shutil
+    import signal
+    import tempfile
+
+    for module in preload:
+        importlib.import_module(module)
+    functions = [_entry_function(job.entry or "") for job in jobs]  # a bad entry fails here, before a fork
+    results: list[Outcome | None] = [None] * len(jobs)
+    queue = list(range(len(jobs)))
+    running: dict[int, _Forked] = {}
+    stopped: set[int] = set()  # pids past their deadline: SIGTERM sent to their group
+    tmp = tempfile.mkdtemp(prefix="provision-jobs-")
+    try:
+        while queue or running:
+            while queue and len(running) < max(1, forks):
+                index = queue.pop(0)
+                child = _fork_one(index, jobs[index], functions[index], tmp, env)
+                running[child.pid] = child
+            time.sleep(POLL)
+            for pid, child in list(running.items()):
+                done, status = os.waitpid(pid, os.WNOHANG)
+                late = time.monotonic() - child.t0 >= timeout
+                if done:
+                    if pid in stopped:
+                        _kill_group(pid, signal.SIGKILL)  # what it left in its group that ignored SIGTERM
+                    rc = None if pid in stopped else os.waitstatus_to_exitcode(status)
+                    del running[pid]
+                    output = tuple(Path(path).read_bytes() for path in child.paths)
+                    results[child.index] = outcome = _outcome(jobs[child.index], rc, output, child.t0, child.started)
+                    if on_done is not None:
+                        on_done(outcome)
+                elif late and pid not in stopped:
+                    stopped.add(pid)
+                    _kill_group(pid, signal.SIGTERM)
+                elif late and time.monotonic() - child.t0 >= timeout + KILL_GRACE:
+                    _kill_group(pid, signal.SIGKILL)
+    except BaseException:
+        for pid in running:
+            _kill_group(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return [r for r in results if r is not None]
+
+
+def _entry_function(entry: str) -> Callable[[bytes], int]:
+    import importlib
+
+    module, _, name = entry.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _fork_one(index: int, job: Job, function: Callable[[bytes], int], tmp: str, env) -> _Forked:
+    paths = (os.path.join(tmp, f"{index}.out"), os.path.join(tmp, f"{index}.err"))
+    fds = [os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600) for path in paths]
+    started, t0 = time.time(), time.monotonic()
+    try:
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child; run_jobs' tests see what it does
+            _child(job, function, fds, env)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return _Forked(index, pid, t0, started, paths)
+
+
+def _child(job: Job, function: Callable[[bytes], int], fds: list[int], env) -> None:
+    """The forked worker: a session of its own (its group is what the deadline ends), stdin from
+    /dev/null, stdout and stderr into its files (and sys.std* on them), the job's environment,
+    default signal handling;
+    then ``function(job.stdin)``, and os._exit, so nothing of the parent (atexit) runs here."""
+    import contextlib
+    import signal
+    import sys
+    import traceback
+
+    rc: object = 1
+    try:
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(fds[0], 1)
+        os.dup2(fds[1], 2)
+        # new stream objects on those descriptors: the parent's may write elsewhere (a capture)
+        sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115 - the process's own
+        sys.stdout = open(1, "w", encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", buffering=1, closefd=False)  # noqa: SIM115
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_DFL)
+        if env is not None:
+            os.environ.clear()
+            os.environ.update(env)
+        rc = function(job.stdin)
+    except SystemExit as exc:
+        rc = exc.code
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(rc if isinstance(rc, int) else 1)
+
+
+def _kill_group(pid: int, sig: int) -> None:
+    """``sig`` to the group a worker leads (it leads its session: its group id is its pid); a
+    forked child that has not made its session yet is signalled alone."""
     import contextlib
 
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, sig)  # the worker leads its session: its group id is its pid
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+    except PermissionError:
+        pass
 
 
 def stop_group(proc: subprocess.Popen) -> tuple[bytes, bytes]:
@@ -310,12 +459,12 @@ def stop_group(proc: subprocess.Popen) -> tuple[bytes, bytes]:
     import signal
     import subprocess
 
-    _signal_group(proc, signal.SIGTERM)
+    _kill_group(proc.pid, signal.SIGTERM)
     try:
         return proc.communicate(timeout=KILL_GRACE)
     except subprocess.TimeoutExpired:
         pass
-    _signal_group(proc, signal.SIGKILL)
+    _kill_group(proc.pid, signal.SIGKILL)
     try:
         return proc.communicate(timeout=KILL_GRACE)
     except subprocess.TimeoutExpired as exc:

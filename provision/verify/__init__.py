@@ -3,7 +3,8 @@
 The checks are ordinary pytest-testinfra test functions shipped in provision/verify/checks/.
 `run_verify` checks the hosts side by side: one worker process per host
 (provision/verify/worker.py), at most `forks` at once, each under the host's deadline
-(provision.hostpool). A worker makes sure its host runs a command at all, then runs the checks
+(provision.hostpool; with more than one host the workers are forked from this process after it
+imported pytest and testinfra once, `worker.PRELOAD`). A worker makes sure its host runs a command at all, then runs the checks
 with pytest.main through testinfra's backends (local, ssh, ansible). What the selected checks
 read is gathered first in one round trip (provision/verify/batch.py: one script, each command in
 it under coreutils timeout, the host's deadline kept); a command outside it runs on its own,
@@ -85,7 +86,7 @@ def run_verify(
 
     from provision.hostpool import Job, SharedSsh, run_jobs
     from provision.tools import tool_path
-    from provision.verify.worker import Request
+    from provision.verify.worker import PRELOAD, Request
 
     shared = SharedSsh()
     try:
@@ -105,9 +106,10 @@ def run_verify(
                 # runs no ansible-inventory of its own (the CLI has read the inventory already)
                 hostvars=hostvars if inventory and target.spec == f"ansible://{target.name}" else None,
             )
-            jobs.append(Job(target.name, [sys.executable, "-m", "provision.verify.worker"], pickle.dumps(request)))
+            argv = [sys.executable, "-m", "provision.verify.worker"]
+            jobs.append(Job(target.name, argv, pickle.dumps(request), entry="provision.verify.worker:serve"))
         env = {**os.environ, "PATH": tool_path()}
-        outcomes = run_jobs(jobs, forks=forks, timeout=host_timeout, env=env)
+        outcomes = run_jobs(jobs, forks=forks, timeout=host_timeout, env=env, preload=PRELOAD)
     finally:
         shared.close()
     return collect_report([t.name for t in targets], outcomes, host_timeout=host_timeout)

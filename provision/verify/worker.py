@@ -1,8 +1,8 @@
 """One host's checks in a process of its own: ``python -m provision.verify.worker``.
 
 `run_verify` starts one per host through provision.hostpool (a bounded pool, a deadline per
-host). The worker reads a pickled `Request` on stdin, first makes sure the host runs a command
-at all, then runs the checks with pytest.main, printing one JSON line per event as it happens,
+host). The worker reads a pickled `Request` on stdin (or, forked from run_jobs' preloaded server,
+is handed it: `serve`), first makes sure the host runs a command at all, then runs the checks with pytest.main, printing one JSON line per event as it happens,
 so that a host stopped at its deadline still reports the checks it finished:
 
     {"result": [host, check, title, status, detail, [evidence...], seconds]}
@@ -108,15 +108,36 @@ def run(request: Request, out: TextIO) -> int:
     return 0
 
 
-def main() -> int:
+# What a worker imports before it reads its request: run_jobs forks the workers from a server
+# that has imported these once (hostpool.run_jobs preload), and a started worker imports them too.
+PRELOAD = (
+    "pytest",
+    "testinfra",
+    "testinfra.plugin",
+    "testinfra.backend.ssh",
+    "testinfra.backend.ansible",
+    "testinfra.utils.ansible_runner",
+    "provision.verify",
+    "provision.verify.plugin",
+    "provision.verify.worker",
+)
+
+
+def serve(stdin: bytes) -> int:
+    """One host's checks for the pickled Request in ``stdin`` (hostpool.Job.entry): the JSON lines
+    go to stdout, whatever else prints to stderr."""
     # a worker lives for one host's checks: its few cycles can wait for the exit, the collector's
     # passes over everything pytest and testinfra import cannot
     gc.disable()
     out = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)  # whatever else prints goes to stderr
     sys.stdout = sys.stderr
-    request = pickle.load(sys.stdin.buffer)  # written by run_verify in the parent process
+    request = pickle.loads(stdin)  # written by run_verify in the parent process
     return run(request, out)
+
+
+def main() -> int:
+    return serve(sys.stdin.buffer.read())
 
 
 if __name__ == "__main__":

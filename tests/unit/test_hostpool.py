@@ -66,11 +66,7 @@ def test_a_job_past_its_deadline_is_ended_with_its_group(tmp_path):
     assert outcome.rc is None
     assert "check 1 done" in outcome.stdout
     assert wall < 1 + 2 * KILL_GRACE + 2
-    pid = int(pidfile.read_text())
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and alive(pid):
-        time.sleep(0.1)
-    assert not alive(pid), "the grandchild outlived its worker's deadline"
+    assert ends(pidfile), "the grandchild outlived its worker's deadline"
 
 
 def alive(pid: int) -> bool:
@@ -79,6 +75,17 @@ def alive(pid: int) -> bool:
             return handle.read().split(") ", 1)[1][0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def ends(pidfile: Path, within: float = 5) -> bool:
+    """Whether the process whose pid ``pidfile`` holds (once written) is gone within ``within`` s."""
+    deadline = time.monotonic() + within
+    while not pidfile.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pid = int(pidfile.read_text())
+    while time.monotonic() < deadline and alive(pid):
+        time.sleep(0.1)
+    return not alive(pid)
 
 
 def test_no_jobs_is_no_outcomes():
@@ -174,13 +181,122 @@ def test_interrupt_ends_running_jobs(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         run_jobs(jobs, forks=2, timeout=60, on_done=boom)
     assert time.monotonic() - t0 < 10
-    deadline = time.monotonic() + 5
-    while not pidfile.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    pid = int(pidfile.read_text())
-    while time.monotonic() < deadline and alive(pid):
-        time.sleep(0.1)
-    assert not alive(pid)
+    assert ends(pidfile)
+
+
+# -- jobs forked from this process (Job.entry with preload) ---------------------------------------
+# The entries are functions of this module: a forked child finds it in sys.modules.
+
+
+def entry_sleep(stdin: bytes) -> int:
+    """Prints its pid, parent, session and environment marker, sleeps stdin's seconds, exits 0."""
+    print(f"{os.getpid()} {os.getppid()} {os.getsid(0)} {os.environ.get('HOSTPOOL_MARK', '-')}", flush=True)
+    time.sleep(float(stdin or b"0"))
+    print("done", flush=True)
+    return 0
+
+
+def entry_status(stdin: bytes) -> int:
+    print("to stdout", flush=True)
+    print("to stderr", file=sys.stderr, flush=True)
+    if stdin == b"raise":
+        raise RuntimeError("the worker broke")
+    if stdin == b"exit":
+        sys.exit(4)
+    return int(stdin)
+
+
+def entry_hang(stdin: bytes) -> int:
+    """Ignores SIGTERM, starts a grandchild that ignores it too (its pid in the file stdin names)."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    grandchild = subprocess.Popen(["sh", "-c", "trap '' TERM; exec sleep 300"])
+    Path(stdin.decode()).write_text(str(grandchild.pid))
+    print("check 1 done", flush=True)
+    time.sleep(300)
+    return 0
+
+
+PRELOAD = ("json",)  # anything importable: what the tests check is that the jobs run forked
+
+
+def forked_job(name: str, function, stdin: bytes = b"") -> Job:
+    return Job(name, ["false"], stdin, entry=f"{__name__}:{function.__name__}")  # argv never runs
+
+
+def test_entry_jobs_with_preload_run_as_forked_children_side_by_side(monkeypatch):
+    monkeypatch.setenv("HOSTPOOL_MARK", "parent")
+    jobs = [forked_job(f"h{i}", entry_sleep, b"1") for i in range(3)]
+    t0 = time.monotonic()
+    outcomes = run_jobs(jobs, forks=3, timeout=30, preload=PRELOAD, env={**os.environ, "HOSTPOOL_MARK": "job"})
+    wall = time.monotonic() - t0
+    assert [o.name for o in outcomes] == ["h0", "h1", "h2"], "outcomes keep the jobs' order"
+    assert all(o.rc == 0 and o.stdout.endswith("done\n") for o in outcomes), outcomes
+    for o in outcomes:
+        pid, ppid, sid, mark = o.stdout.split()[:4]
+        assert int(ppid) == os.getpid(), "forked from this process, not started through argv"
+        assert sid == pid, "each child leads a session of its own"
+        assert mark == "job", "the job's environment, not the parent's"
+    assert overlapping(outcomes) == 3
+    assert wall < 2.5, f"3 one-second jobs with forks=3 took {wall:.1f} s"
+    assert os.environ["HOSTPOOL_MARK"] == "parent"
+
+
+def test_forked_jobs_are_bounded_by_forks():
+    outcomes = run_jobs(
+        [forked_job(f"h{i}", entry_sleep, b"0.6") for i in range(4)], forks=2, timeout=30, preload=PRELOAD
+    )
+    assert overlapping(outcomes) == 2
+    assert all(o.rc == 0 for o in outcomes)
+
+
+def test_a_forked_job_returns_its_status_and_both_streams():
+    jobs = [
+        forked_job("three", entry_status, b"3"),
+        forked_job("raises", entry_status, b"raise"),
+        forked_job("exits", entry_status, b"exit"),
+    ]
+    three, raises, exits = run_jobs(jobs, forks=3, timeout=30, preload=PRELOAD)
+    assert (three.rc, three.stdout, three.stderr) == (3, "to stdout\n", "to stderr\n")
+    assert raises.rc == 1
+    assert "RuntimeError: the worker broke" in raises.stderr, "a traceback goes to the job's stderr"
+    assert exits.rc == 4
+
+
+def test_a_single_entry_job_starts_its_argv():
+    """One host: no import here pays off, so the job starts argv as without preload."""
+    (outcome,) = run_jobs([Job("one", sleeper(0), entry=f"{__name__}:entry_sleep")], timeout=30, preload=PRELOAD)
+    assert (outcome.rc, outcome.stdout.strip()) == (0, "done")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="needs /proc")
+def test_a_forked_job_past_its_deadline_is_ended_with_its_group(tmp_path):
+    pidfile = tmp_path / "grandchild.pid"
+    jobs = [forked_job("hung", entry_hang, str(pidfile).encode()), forked_job("quick", entry_status, b"0")]
+    t0 = time.monotonic()
+    hung, quick = run_jobs(jobs, forks=2, timeout=1, preload=PRELOAD)
+    wall = time.monotonic() - t0
+    assert hung.timed_out
+    assert "check 1 done" in hung.stdout, "what it printed before its deadline comes back"
+    assert (quick.rc, quick.timed_out) == (0, False)
+    assert wall < 1 + 2 * KILL_GRACE + 2
+    assert ends(pidfile), "the grandchild outlived its worker's deadline"
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="needs /proc")
+def test_interrupt_ends_running_forked_jobs(tmp_path):
+    pidfile = tmp_path / "grandchild.pid"
+
+    def boom(outcome):
+        raise KeyboardInterrupt
+
+    jobs = [forked_job("quick", entry_status, b"0"), forked_job("hung", entry_hang, str(pidfile).encode())]
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        run_jobs(jobs, forks=2, timeout=60, on_done=boom, preload=PRELOAD)
+    assert time.monotonic() - t0 < 10
+    assert ends(pidfile)
 
 
 # -- one SSH connection per host, no worker or ansible-inventory run where none is needed ----------
