@@ -132,6 +132,28 @@ def test_r620_is_an_ltsb_with_its_first_release(real_matrix):
     assert (rel.date, rel.source) == ("2026-11-04", "driver-redist")
 
 
+@pytest.mark.parametrize(
+    ("version", "date"),
+    [
+        ("595.112.07", "2026-10-22"),  # redistrib_595.112.07.json, R595's newest release
+        ("595.71.05", "2026-04-28"),  # redistrib_595.71.05.json; the driver container built it a day earlier
+    ],
+)
+def test_r595_releases_dated_by_nvidias_driver_manifests(real_matrix, version, date):
+    rel = real_matrix.branch(595).release(Version(version))
+    assert (rel.date, rel.source) == (date, "driver-redist")
+
+
+def test_a_plan_pinned_to_r595_takes_its_newest_release_where_the_os_has_it(real_matrix):
+    assert str(resolve(real_matrix, PlanRequest(os="ubuntu22.04", gpu="h100-sxm", driver="595")).driver.version) == (
+        "595.112.07"
+    )
+    # rocky8's repository is known to carry 595.91.07 (NVIDIA's driver container builds it there), not 595.112.07
+    assert str(resolve(real_matrix, PlanRequest(os="rocky8", gpu="h100-sxm", driver="595")).driver.version) == (
+        "595.91.07"
+    )
+
+
 @pytest.mark.parametrize(("branch", "kind"), [(470, "ltsb"), (550, "pb")])
 def test_branch_designations_from_nvidias_eol_chart(real_matrix, branch, kind):
     b = real_matrix.branch(branch)

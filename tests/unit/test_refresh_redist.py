@@ -61,7 +61,8 @@ def test_every_recorded_copy_is_a_catalogued_release_and_reproduces_its_min_driv
     assert differs == TABLE3_BELOW_BUNDLED
     same = [v for v in found if v not in differs]
     assert len(same) == 28
-    assert all(rows[v]["source"] in ("cuda-release-notes", "cuda-runfiles") for v in found)
+    assert {v for v in found if rows[v]["source"] != "cuda-release-notes"} == {"12.3.2"}
+    assert rows["12.3.2"]["source"] == refresh_redist.DEFAULT_KEY  # Table 3 has no 12.3 Update 2 row
 
 
 def test_check_over_the_catalogued_copies_reports_no_drift_and_notes_the_two_table3_rows(capsys):
@@ -188,14 +189,11 @@ def test_the_manifests_source_key_is_in_the_catalogue_with_where_it_was_read():
 
 def test_refresh_needs_its_source_key_before_it_writes(tmp_path, capsys):
     compat = compat_copy(tmp_path)
-    sources = compat / "sources.yaml"
-    doc = yaml.safe_load(sources.read_text())
-    del doc["sources"][refresh_redist.DEFAULT_KEY]
-    sources.write_text(yaml.safe_dump(doc, sort_keys=False))
     before = (compat / "cuda.yaml").read_bytes()
     copy = with_driver(tmp_path, "12.6.3", "560.35.01")
-    rc, err = one_error_line(["--compat-dir", str(compat), "--source", "cuda-redist", "--from", str(copy)], capsys)
-    assert (rc, "source key cuda-redist-manifests: not a key of compat/sources.yaml" in err) == (2, True), err
+    args = ["--compat-dir", str(compat), "--source", "cuda-redist", "--from", str(copy), "--source-key", "nowhere"]
+    rc, err = one_error_line(args, capsys)
+    assert (rc, "--source-key nowhere: not a key of compat/sources.yaml" in err) == (2, True), err
     assert (compat / "cuda.yaml").read_bytes() == before
 
 
