@@ -358,8 +358,8 @@ def _fork_jobs(
                 done, status = os.waitpid(pid, os.WNOHANG)
                 late = time.monotonic() - child.t0 >= timeout
                 if done:
-                    if pid in stopped:
-                        _kill_group(pid, signal.SIGKILL)  # what it left in its group that ignored SIGTERM
+                    if pid in stopped:  # what it left in its group that ignored SIGTERM
+                        _kill_group(pid, signal.SIGKILL, reaped=True)
                     rc = None if pid in stopped else os.waitstatus_to_exitcode(status)
                     del running[pid]
                     output = tuple(Path(path).read_bytes() for path in child.paths)
@@ -440,16 +440,18 @@ def _child(job: Job, function: Callable[[bytes], int], fds: list[int], env) -> N
         os._exit(rc if isinstance(rc, int) else 1)
 
 
-def _kill_group(pid: int, sig: int) -> None:
+def _kill_group(pid: int, sig: int, *, reaped: bool = False) -> None:
     """``sig`` to the group a worker leads (it leads its session: its group id is its pid); a
-    forked child that has not made its session yet is signalled alone."""
+    forked child that has not made its session yet is signalled alone. Once the worker is
+    ``reaped`` only its group is: its pid alone may already name another process."""
     import contextlib
 
     try:
         os.killpg(pid, sig)
     except ProcessLookupError:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
+        if not reaped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
     except PermissionError:
         pass
 
