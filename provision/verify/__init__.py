@@ -4,8 +4,9 @@ The checks are ordinary pytest-testinfra test functions shipped in provision/ver
 `run_verify` checks the hosts side by side: one worker process per host
 (provision/verify/worker.py), at most `forks` at once, each under the host's deadline
 (provision.hostpool; with more than one host the workers are forked from this process after it
-imported pytest and testinfra once, `worker.PRELOAD`). A worker makes sure its host runs a command at all, then runs the checks
-with pytest.main through testinfra's backends (local, ssh, ansible). What the selected checks
+imported pytest and testinfra once, `worker.PRELOAD`). A worker makes sure its host runs a
+command at all, then runs the checks with pytest.main through testinfra's backends (local, ssh,
+ansible). What the selected checks
 read is gathered first in one round trip (provision/verify/batch.py: one script, each command in
 it under coreutils timeout, the host's deadline kept); a command outside it runs on its own,
 also under timeout. All go over one SSH connection per host (ControlMaster, its socket in a

@@ -1,9 +1,10 @@
 """One host's checks in a process of its own: ``python -m provision.verify.worker``.
 
 `run_verify` starts one per host through provision.hostpool (a bounded pool, a deadline per
-host). The worker reads a pickled `Request` on stdin (or, forked from run_jobs' preloaded server,
-is handed it: `serve`), first makes sure the host runs a command at all, then runs the checks with pytest.main, printing one JSON line per event as it happens,
-so that a host stopped at its deadline still reports the checks it finished:
+host). The worker reads a pickled `Request` on stdin (forked from the CLI's process, it is handed
+the same bytes: `serve`), first makes sure the host runs a command at all, then runs the checks
+with pytest.main, printing one JSON line per event as it happens, so that a host stopped at its
+deadline still reports the checks it finished:
 
     {"result": [host, check, title, status, detail, [evidence...], seconds]}
     {"unreachable": "ssh: connect to host 10.0.0.7 port 22: Connection refused"}
@@ -108,8 +109,8 @@ def run(request: Request, out: TextIO) -> int:
     return 0
 
 
-# What a worker imports before it reads its request: run_jobs forks the workers from a server
-# that has imported these once (hostpool.run_jobs preload), and a started worker imports them too.
+# What a worker imports: with more than one host, hostpool.run_jobs imports these once in the
+# CLI's process and forks every worker from it (preload); a started worker imports them itself.
 PRELOAD = (
     "pytest",
     "testinfra",
