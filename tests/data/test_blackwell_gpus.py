@@ -133,13 +133,20 @@ def test_rtx_pro_6000_is_the_mig_guides_supported_gpu(real_matrix):
     assert real_matrix.architecture(gpu.architecture).name == arch
 
 
-@pytest.mark.parametrize("gpu_id", NEW_GPUS)
-def test_no_mig_set_without_a_confirmed_profile_table(real_matrix, notes, gpu_id):
-    gpu = real_matrix.gpu(gpu_id)
+def test_b300_has_no_mig_set_without_a_confirmed_profile_table(real_matrix, notes):
+    gpu = real_matrix.gpu("b300")
     # mig-parted filters on the id (device then vendor), but only for a mixed layout: not a profile table
     assert f"{gpu.pci_device_ids[0]}10DE" in MIG_PARTED_BALANCED
     assert gpu.mig is None
-    assert "mig: null" in notes[gpu_id]
+    assert "mig: null" in notes["b300"]
+
+
+def test_rtx_pro_6000_mig_set_has_the_guides_instance_count(real_matrix):
+    """Its profile set (tests/data/test_rtx_pro_6000_mig.py) allows the supported-GPU row's maximum."""
+    gpu = real_matrix.gpu("rtx-pro-6000-blackwell-se")
+    assert f"{gpu.pci_device_ids[0]}10DE" in MIG_PARTED_BALANCED
+    instances = int(MIG_GUIDE_SUPPORTED.rsplit("|", maxsplit=1)[-1])
+    assert max(p.max_instances for p in real_matrix.mig_set(gpu.mig).profiles) == instances
 
 
 @pytest.mark.parametrize("gpu_id", sorted(OGKM_FIRST))
