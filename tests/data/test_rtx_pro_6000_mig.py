@@ -65,18 +65,17 @@ GPU  0 Profile ID 32 Placement : {0}:12
 MIXED_LGI = [("1g.24gb", 6, 3), ("1g.24gb", 9, 3), ("2g.48gb", 0, 6)]
 
 
-@pytest.fixture(scope="module")
-def gpu(real_matrix):
-    return real_matrix.gpu("rtx-pro-6000-blackwell-se")
+SET = "rtx-pro-6000-96gb"
 
 
 @pytest.fixture(scope="module")
-def ps(real_matrix, gpu):
-    return real_matrix.mig_set(gpu.mig)
+def ps(real_matrix):
+    return real_matrix.mig_set(SET)
 
 
-def test_the_gpu_points_at_its_set(gpu, ps):
-    assert gpu.mig == ps.id == "rtx-pro-6000-96gb"
+def test_the_gpu_points_at_its_set(real_matrix, ps):
+    gpu = real_matrix.gpu("rtx-pro-6000-blackwell-se")
+    assert gpu.mig == SET
     assert MIG_PARTED_BALANCED["device-filter"] == f"{gpu.pci_device_ids[0]}10DE"
     assert {"mig-user-guide", "mig-parted", "mig-rtx-pro-6000-capture"} <= set(ps.sources)
 
