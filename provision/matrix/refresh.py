@@ -612,9 +612,13 @@ def _frameworks(compat: Path, args: argparse.Namespace, out, err) -> int:
         new = dict(doc)
         new.pop("generated", None)
         strip = lambda d: [ln for ln in dump(d).splitlines(keepends=True) if not ln.startswith("#")]  # noqa: E731
-        diff = list(difflib.unified_diff(strip(old), strip(new), "compat/frameworks.yaml", "upstream"))
+        diff = (
+            []
+            if old == new
+            else list(difflib.unified_diff(strip(old), strip(new), "compat/frameworks.yaml", "upstream"))
+        )
         upstream = "the wheel metadata on the package indexes: run python -m provision.matrix.refresh"
-        return _checked(diff if old != new else [], out, err, file="frameworks.yaml", upstream=upstream)
+        return _checked(diff, out, err, file="frameworks.yaml", upstream=upstream, drift=old != new)
     try:
         target.write_text(dump(doc))
     except OSError as exc:
