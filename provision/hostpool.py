@@ -358,9 +358,11 @@ def _fork_jobs(
                 done, status = os.waitpid(pid, os.WNOHANG)
                 late = time.monotonic() - child.t0 >= timeout
                 if done:
-                    if pid in stopped:  # what it left in its group that ignored SIGTERM
+                    late_stop = pid in stopped
+                    stopped.discard(pid)  # a later child may be given the same pid
+                    if late_stop:  # what it left in its group that ignored SIGTERM
                         _kill_group(pid, signal.SIGKILL, reaped=True)
-                    rc = None if pid in stopped else os.waitstatus_to_exitcode(status)
+                    rc = None if late_stop else os.waitstatus_to_exitcode(status)
                     del running[pid]
                     output = tuple(Path(path).read_bytes() for path in child.paths)
                     results[child.index] = outcome = _outcome(jobs[child.index], rc, output, child.t0, child.started)
@@ -405,8 +407,8 @@ def _fork_one(index: int, job: Job, function: Callable[[bytes], int], tmp: str, 
 def _child(job: Job, function: Callable[[bytes], int], fds: list[int], env) -> None:
     """The forked worker: a session of its own (its group is what the deadline ends), stdin from
     /dev/null, stdout and stderr into its files (and sys.std* on them), the job's environment,
-    default signal handling;
-    then ``function(job.stdin)``, and os._exit, so nothing of the parent (atexit) runs here."""
+    default signal handling; then ``function(job.stdin)``, and os._exit, so nothing of the
+    parent (atexit) runs here."""
     import contextlib
     import signal
     import sys
