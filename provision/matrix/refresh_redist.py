@@ -284,7 +284,7 @@ def compare(cuda_doc: dict[str, Any], found: dict[str, Manifest]) -> Report:
             report.notes.append(f"{version}: the manifest carries no driver; min_driver stays with the release notes")
             theirs.append(_line(version, row["min_driver"]))
             continue
-        if m.driver != row["min_driver"] and above_in_branch(m.driver, row["min_driver"]):
+        if above_in_branch(m.driver, row["min_driver"]):
             theirs.append(_line(version, row["min_driver"]))
             report.notes.append(
                 f"{version}: the manifest bundles driver {m.driver}, newer in branch {m.driver.partition('.')[0]} than "
