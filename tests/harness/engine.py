@@ -12,6 +12,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from harness import machine
+
 # tool -> Debian package that provides it
 TOOLS = {
     "dockerd": "docker.io",
@@ -40,15 +42,7 @@ def ensure_tools() -> None:
         return
     if os.geteuid() != 0:
         raise EngineUnavailable(f"missing {', '.join(missing)} and not root to install them")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    subprocess.run(["apt-get", "update", "-q"], check=True, env=env, stdout=subprocess.DEVNULL, timeout=600)
-    subprocess.run(
-        ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing],
-        check=True,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        timeout=1200,
-    )
+    machine.apt_install(missing)
 
 
 def _ping() -> bool:
@@ -66,6 +60,12 @@ def ensure_engine(timeout: float = 90.0):
     import docker
 
     ensure_tools()
+    with machine.lock("dockerd"):  # the other test process may be starting it too
+        _start_engine(timeout)
+    return docker.from_env(timeout=600)
+
+
+def _start_engine(timeout: float) -> None:
     if not _ping():
         if os.geteuid() != 0:
             raise EngineUnavailable("no Docker engine answers and dockerd needs root to start")
@@ -82,4 +82,3 @@ def ensure_engine(timeout: float = 90.0):
                 tail = LOG.read_text(errors="replace")[-2000:] if LOG.exists() else ""
                 raise EngineUnavailable(f"dockerd did not answer within {timeout:.0f}s:\n{tail}")
             time.sleep(0.5)
-    return docker.from_env(timeout=600)

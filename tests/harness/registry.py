@@ -18,6 +18,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from harness import machine
+
 BINARY = "/usr/bin/docker-registry"
 PACKAGE = "docker-registry"
 
@@ -46,17 +48,9 @@ def ensure_installed() -> str:
         return BINARY
     if os.geteuid() != 0:
         raise RegistryUnavailable(f"{BINARY} is missing and installing {PACKAGE} needs root")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     # the package's service is not started: a policy-rc.d denies it in containers, and a machine with
     # systemd gets it on :5000, which the tests never use
-    subprocess.run(["apt-get", "update", "-q"], check=True, env=env, stdout=subprocess.DEVNULL, timeout=600)
-    subprocess.run(
-        ["apt-get", "install", "-y", "-q", "--no-install-recommends", PACKAGE],
-        check=True,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        timeout=600,
-    )
+    machine.apt_install([PACKAGE], timeout=600)
     return BINARY
 
 

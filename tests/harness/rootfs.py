@@ -1,7 +1,7 @@
 """Base images made locally with debootstrap (no registry is reachable), cached between runs.
 
 The cache key covers the suite, variant and package list, so a changed recipe builds anew.
-Tarballs live under ~/.cache/provision-test (CI runs on the same machine as the session).
+Tarballs live under ~/.cache/provision-test, so a second run on the same machine reuses them.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+
+from harness import machine
 
 CACHE = Path(os.environ.get("PROVISION_TEST_CACHE", Path.home() / ".cache" / "provision-test"))
 RECIPE_VERSION = "2"
@@ -61,19 +63,20 @@ def image(
         recipe += "|" + hashlib.sha256(repr((sorted((files or {}).items()), setup)).encode()).hexdigest()
     key = hashlib.sha256(recipe.encode()).hexdigest()[:12]
     tag = f"provision-test/{name}:{key}"
-    try:
-        client.images.get(tag)
-        return tag
-    except Exception:
-        pass
-    CACHE.mkdir(parents=True, exist_ok=True)
-    tarball = CACHE / f"{name}-{key}.tar"
-    if not tarball.exists():
-        _debootstrap(tarball, suite, variant, include, ca, files or {}, setup)
-    changes = [f"CMD {cmd}"]
-    if ca:
-        changes += [f"ENV {var}={IMAGE_CA}" for var in ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")]
-    client.api.import_image_from_file(str(tarball), repository=f"provision-test/{name}", tag=key, changes=changes)
+    with machine.lock(f"image-{name}-{key}"):  # built once, whichever test process asks first
+        try:
+            client.images.get(tag)
+            return tag
+        except Exception:
+            pass
+        CACHE.mkdir(parents=True, exist_ok=True)
+        tarball = CACHE / f"{name}-{key}.tar"
+        if not tarball.exists():
+            _debootstrap(tarball, suite, variant, include, ca, files or {}, setup)
+        changes = [f"CMD {cmd}"]
+        if ca:
+            changes += [f"ENV {var}={IMAGE_CA}" for var in ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")]
+        client.api.import_image_from_file(str(tarball), repository=f"provision-test/{name}", tag=key, changes=changes)
     return tag
 
 
