@@ -22,18 +22,21 @@ FLEET = {"a100": ("debian12", "a100-pcie"), "h100": ("debian12", "h100-sxm")}
 
 
 # The session's fleet (fleet_env) is shared: test_fleet_apply converges gpu-a/b/c from fresh and
-# asserts that every host changed, while the other modules start from converged hosts
-# (converged_fleet) or change them. So test_fleet_apply runs first whatever order the files are
-# named in (`pytest tests/integration/test_fleet_verify.py tests/integration/test_fleet_apply.py`);
-# the rest keep the order pytest collected them in, and so do the tests outside this folder.
-FIRST_MODULE = "test_fleet_apply.py"
+# asserts that every host changed, so it runs first whatever order the files are named in
+# (`pytest tests/integration/test_fleet_verify.py tests/integration/test_fleet_apply.py`). The
+# modules that start from the converged fleet (converged_fleet) and leave it so come next, while its
+# hosts are still at the fleet file's plans: their converge is then the quick re-run. The rest (which
+# change the plans: MIG, the guards' faults) follow in the order pytest collected them, and so do
+# the tests outside this folder.
+FIRST_MODULES = ("test_fleet_apply.py", "test_fleet_doctor.py", "test_fleet_verify.py")
 
 
 def pytest_collection_modifyitems(config, items):
     here = Path(__file__).resolve().parent
     slots = [i for i, item in enumerate(items) if item.path.parent == here]  # this folder's tests, in place
     mine = [items[i] for i in slots]
-    ordered = [t for t in mine if t.path.name == FIRST_MODULE] + [t for t in mine if t.path.name != FIRST_MODULE]
+    rank = {name: n for n, name in enumerate(FIRST_MODULES)}
+    ordered = sorted(mine, key=lambda t: rank.get(t.path.name, len(FIRST_MODULES)))  # stable: in place otherwise
     for i, item in zip(slots, ordered, strict=True):
         items[i] = item
 
