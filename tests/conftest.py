@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support import COMPAT, SHARED_FIXTURES, make_compat
+from support import COMPAT, PARTS, SHARED_FIXTURES, make_compat, split_part
 
 from provision.cli import main
 from provision.matrix.loader import load_matrix
@@ -20,6 +20,23 @@ def pytest_addoption(parser):
         help=f"also run tests/corpus: doctor and the Xid refresh over {SHARED_FIXTURES} "
         "(captures published elsewhere, not committed here); tests/run adds it when that folder exists",
     )
+    parser.addoption(
+        "--part",
+        choices=PARTS,
+        default=None,
+        help="only the tests on the session's test fleet (fleet: those using the fleet_env fixture), "
+        "or only the others (rest); tests/run runs the two parts side by side",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    part = config.getoption("--part")
+    if part is None:
+        return
+    keep, drop = split_part(items, part)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 def pytest_ignore_collect(collection_path, config):

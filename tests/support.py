@@ -87,3 +87,22 @@ def one_error_line(args: list[str], capsys) -> tuple[int, str]:
     assert "Traceback" not in err
     assert "(hint: " in err
     return rc, err
+
+
+# The session's test fleet (tests/integration/conftest.py): its tests are one serial chain on the
+# same hosts. tests/run runs them (--part fleet) beside the other tests (--part rest) in a second
+# pytest process, as the fleet's tests leave the CPU idle about 40% of the time (waiting on hosts).
+SESSION_FLEET = "fleet_env"
+PARTS = ("fleet", "rest")
+
+
+def split_part(items: list, part: str) -> tuple[list, list]:
+    """(kept, deselected) for --part: the items on the session's fleet, or all the others. The two
+    parts of one collection are disjoint and together are the whole of it."""
+    if part not in PARTS:
+        raise ValueError(f"--part {part!r}: one of {', '.join(PARTS)}")
+    keep, drop = [], []
+    for item in items:
+        on_fleet = SESSION_FLEET in getattr(item, "fixturenames", ())
+        (keep if on_fleet == (part == "fleet") else drop).append(item)
+    return keep, drop
