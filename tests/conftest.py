@@ -24,8 +24,8 @@ def pytest_addoption(parser):
         "--part",
         choices=PARTS,
         default=None,
-        help="only the tests on the session's test fleet (fleet: those using the fleet_env fixture), "
-        "or only the others (rest); tests/run runs the two parts side by side",
+        help="only the tests on the test fleets (fleet: those using fleet_env or rocky_env, but the "
+        "modules marked fresh_fleet), or only the others (rest); tests/run runs the two parts side by side",
     )
 
 

@@ -89,20 +89,30 @@ def one_error_line(args: list[str], capsys) -> tuple[int, str]:
     return rc, err
 
 
-# The session's test fleet (tests/integration/conftest.py): its tests are one serial chain on the
-# same hosts. tests/run runs them (--part fleet) beside the other tests (--part rest) in a second
-# pytest process, as the fleet's tests leave the CPU idle about 40% of the time (waiting on hosts).
-SESSION_FLEET = "fleet_env"
+# The test fleets (tests/integration/conftest.py): the session's shared fleet, whose tests are one
+# serial chain on the same hosts, and the Rocky/Debian module fleet. tests/run runs their tests
+# (--part fleet) beside all the others (--part rest) in a second pytest process, as they leave the
+# CPU idle about 40% of the time (waiting on hosts). A module marked fresh_fleet starts from fresh
+# hosts and leaves them as it found them: the rest part runs it on a session fleet of its own.
+FLEET_FIXTURES = ("fleet_env", "rocky_env")
+OWN_FLEET_MARK = "fresh_fleet"
 PARTS = ("fleet", "rest")
 
 
+def in_fleet_part(item) -> bool:
+    """Whether the test belongs to --part fleet: it uses a test fleet, and is not marked fresh_fleet."""
+    if not set(FLEET_FIXTURES) & set(getattr(item, "fixturenames", ())):
+        return False
+    marker = getattr(item, "get_closest_marker", lambda name: None)(OWN_FLEET_MARK)
+    return marker is None
+
+
 def split_part(items: list, part: str) -> tuple[list, list]:
-    """(kept, deselected) for --part: the items on the session's fleet, or all the others. The two
-    parts of one collection are disjoint and together are the whole of it."""
+    """(kept, deselected) for --part: the items of the fleet part, or all the others. The two parts of
+    one collection are disjoint and together are the whole of it."""
     if part not in PARTS:
         raise ValueError(f"--part {part!r}: one of {', '.join(PARTS)}")
     keep, drop = [], []
     for item in items:
-        on_fleet = SESSION_FLEET in getattr(item, "fixturenames", ())
-        (keep if on_fleet == (part == "fleet") else drop).append(item)
+        (keep if in_fleet_part(item) == (part == "fleet") else drop).append(item)
     return keep, drop

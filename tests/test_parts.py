@@ -6,23 +6,26 @@ import pytest
 from support import split_part
 
 
-def item(name: str, *fixtures: str) -> SimpleNamespace:
-    return SimpleNamespace(name=name, fixturenames=list(fixtures))
+def item(name: str, *fixtures: str, marks: tuple[str, ...] = ()) -> SimpleNamespace:
+    return SimpleNamespace(
+        name=name, fixturenames=list(fixtures), get_closest_marker=lambda mark: mark if mark in marks else None
+    )
 
 
 ITEMS = [
     item("apply", "fleet_env", "tmp_path"),
     item("verify", "converged_fleet", "fleet_env", "tmp_path"),  # the closure names fleet_env
-    item("rocky", "rocky_env", "tmp_path"),  # its own module fleet: beside the session fleet
+    item("rocky", "rocky_env", "tmp_path"),  # the module fleet: in the fleet part too
+    item("mig", "mig_fleet", "fleet_env", marks=("fresh_fleet",)),  # a session fleet of its own there
     item("plan", "cli"),
-    SimpleNamespace(name="doctest"),  # an item without fixtures
+    SimpleNamespace(name="doctest"),  # an item without fixtures or marks
 ]
 
 
-def test_the_fleet_part_is_the_session_fleet_tests_in_order():
+def test_the_fleet_part_is_the_fleet_tests_in_order_but_the_fresh_fleet_ones():
     keep, drop = split_part(ITEMS, "fleet")
-    assert [i.name for i in keep] == ["apply", "verify"]
-    assert [i.name for i in drop] == ["rocky", "plan", "doctest"]
+    assert [i.name for i in keep] == ["apply", "verify", "rocky"]
+    assert [i.name for i in drop] == ["mig", "plan", "doctest"]
 
 
 def test_the_two_parts_are_disjoint_and_make_the_whole():

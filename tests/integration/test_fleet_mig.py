@@ -9,7 +9,9 @@ import sys
 import pytest
 from harness.fleet import run_apply
 
-pytestmark = [pytest.mark.fleet]
+# From fresh hosts or converged ones alike (its first run converges them to MIG plans), and it
+# leaves MIG off again: tests/run runs it on a session fleet of its own, beside the shared one.
+pytestmark = [pytest.mark.fleet, pytest.mark.fresh_fleet]
 A100_LAYOUT = "3g.40gb,2g.20gb,2x1g.10gb"
 H100_LAYOUT = "4g.40gb,3g.40gb"
 EXPECTED = {"a100": ["1g.10gb@0", "1g.10gb@1", "2g.20gb@2", "3g.40gb@4"], "h100": ["3g.40gb@4", "4g.40gb@0"]}
