@@ -1,6 +1,8 @@
 """Dockerfiles from the plan: Jinja2 templates in images/ (sandboxed, strict), one build context
 per render. Never needs a Docker engine."""
 
+import copy
+import functools
 import os
 import re
 import shutil
@@ -27,6 +29,14 @@ class RenderedImage(NamedTuple):
 
 
 def _yaml(path: str) -> Any:
+    """A YAML file of ours (images/) or of a user's template directory: parsed once per content
+    stamp (rendering many images reads the same two files for each), a fresh copy for each caller."""
+    stat = os.stat(path)
+    return copy.deepcopy(_parsed_yaml(path, stat.st_mtime_ns, stat.st_size))
+
+
+@functools.lru_cache(maxsize=16)
+def _parsed_yaml(path: str, mtime_ns: int, size: int) -> Any:
     import yaml
 
     with open(path, encoding="utf-8") as handle:
