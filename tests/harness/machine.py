@@ -1,6 +1,6 @@
 """What the test processes of one machine share. tests/run runs two pytest processes side by side
-(the session fleet's tests, and the others beside them), and either may install Debian packages,
-start dockerd or build a base image first: each of those steps runs under a lock of this machine's."""
+(--part fleet and --part rest, tests/support.py), and either may install Debian packages, start
+dockerd or build a base image first: each of those steps runs under a lock of this machine's."""
 
 from __future__ import annotations
 
