@@ -27,10 +27,11 @@ def check_output(path: str | None, flag: str) -> None:
 def write_output(path: str, text: str, flag: str) -> None:
     import click
 
+    from provision.documents import write_text
+
     check_output(path, flag)
     try:
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        write_text(path, text)  # a symbolic link planted at the path is replaced, never followed
     except OSError as exc:
         raise InputError(
             f"cannot write {flag} {path}: {exc.strerror or exc}", hint=f"choose a writable {flag}"

@@ -323,26 +323,35 @@ def nvidia_require_cuda(plan: Plan) -> str:
 
 
 def read_plan(path: str | os.PathLike[str], *, given_as: str = "the --plan path") -> Plan:
-    """A lock file, checked; ``given_as`` says where the path came from (for the hint)."""
+    """A lock file, checked; ``given_as`` says where the path came from (for the hint).
+
+    Read as untrusted (provision.documents): not through a symbolic link, bounded, one JSON document
+    without duplicate keys."""
+    from provision.documents import load_json, read_text
+
     p = os.fspath(path)
     try:
-        with open(p, encoding="utf-8") as handle:
-            doc = json.load(handle)
-    except OSError as exc:
-        raise InputError(f"cannot read plan {p!r}: {exc.strerror or exc}", hint=f"check {given_as}") from None
-    except ValueError as exc:
+        text = read_text(p, "plan")
+    except InputError as exc:
+        raise InputError(exc.message, hint=f"check {given_as}") from None
+    try:
+        doc = load_json(text, repr(p))
+    except InputError as exc:
+        if "is not JSON" not in exc.message:
+            raise
         raise InputError(
-            f"{p!r} is not a plan: not JSON ({exc})",
+            f"{p!r} is not a plan: {exc.message.removeprefix(repr(p) + ' is ')}",
             hint="write one with: provision plan --os OS --gpu GPU --lock plan.lock.json",
         ) from None
     return Plan.from_dict(doc, origin=repr(p))
 
 
 def write_plan(plan: Plan, path: str | os.PathLike[str]) -> None:
+    from provision.documents import write_text
+
     p = os.fspath(path)
     try:
-        with open(p, "w", encoding="utf-8") as handle:
-            handle.write(json.dumps(plan.to_dict(), indent=2) + "\n")
+        write_text(p, json.dumps(plan.to_dict(), indent=2) + "\n")
     except OSError as exc:
         raise InputError(f"cannot write {p!r}: {exc.strerror or exc}", hint="choose a writable --lock path") from None
 
