@@ -128,20 +128,8 @@ def test_r620_is_an_ltsb_with_its_first_release(real_matrix):
     r620 = real_matrix.branch(620)
     assert (r620.type, r620.eol) == ("ltsb", "2029-09")
     assert "driver-support-620" in r620.sources
-    rel = r620.release(Version("620.70.06"))
-    assert (rel.date, rel.source) == ("2026-11-04", "driver-redist")
-
-
-@pytest.mark.parametrize(
-    ("version", "date"),
-    [
-        ("595.112.07", "2026-10-22"),  # redistrib_595.112.07.json, R595's newest release
-        ("595.71.05", "2026-04-28"),  # redistrib_595.71.05.json; the driver container built it a day earlier
-    ],
-)
-def test_r595_releases_dated_by_nvidias_driver_manifests(real_matrix, version, date):
-    rel = real_matrix.branch(595).release(Version(version))
-    assert (rel.date, rel.source) == (date, "driver-redist")
+    # its date: tests/data/test_driver_dates.py reads it from the recorded manifest
+    assert r620.release(Version("620.70.06")).source == "driver-redist"
 
 
 def test_a_plan_pinned_to_r595_takes_its_newest_release_where_the_os_has_it(real_matrix):
