@@ -112,17 +112,23 @@ def _os(m: Matrix) -> Listing:
     return Listing("Operating systems", headers, rows, records)
 
 
+PAST_EOL_CELL = {"past": True, "supported": False, "unknown": "unknown"}
+"""`matrix drivers`' "past EOL" cell per DriverBranch.eol_state: yes, no, or unknown where NVIDIA has
+published no end of life (an unknown end of life is not "supported")."""
+
+
 def _drivers(m: Matrix) -> Listing:
     headers = ("branch", "type", "EOL", "past EOL", "newest release", "releases", "kernel modules", "default")
     rows, records = [], []
     for b in m.drivers:
-        eol = b.eol or ("listed" if b.eol_listed else "-")
+        eol = b.eol or ("listed" if b.eol_listed else "unknown")
+        state = b.eol_state(m.as_of)
         rows.append(
             (
                 b.label,
                 b.type,
                 eol,
-                b.past_eol(m.as_of),
+                PAST_EOL_CELL[state],
                 str(b.releases[0].version),
                 len(b.releases),
                 list(b.kernel_modules),
@@ -135,7 +141,9 @@ def _drivers(m: Matrix) -> Listing:
                 "type": b.type,
                 "eol": b.eol,
                 "eol_listed": b.eol_listed,
-                "past_eol": b.past_eol(m.as_of),
+                # null where no end of life is published: eol_state says "unknown"
+                "past_eol": None if state == "unknown" else state == "past",
+                "eol_state": state,
                 "kernel_modules": list(b.kernel_modules),
                 "default_module": b.default_module,
                 "releases": [{"version": str(r.version), "date": r.date, "os": list(r.os)} for r in b.releases],
@@ -239,18 +247,21 @@ def _frameworks(m: Matrix) -> Listing:
 
 
 def _images(m: Matrix) -> Listing:
-    headers = ("CUDA", "toolkit", "OS", "platforms", "flavours", "cuDNN", "example tag")
+    headers = ("CUDA", "toolkit", "status", "OS", "platforms", "flavours", "cuDNN", "example tag")
     rows, records = [], []
     for i in m.images:
+        state, words = i.status(m.as_of)
+        example = _example_tag(i)
         rows.append(
             (
                 str(i.cuda),
                 _image_toolkit_cell(i),
+                words,
                 list(i.os),
                 list(i.platforms),
                 list(i.flavours),
-                i.cudnn_version or ("?" if i.cudnn_marker else "-"),
-                f"{m.image_repository}:{i.tag('cudnn-runtime' if i.cudnn_marker else 'runtime', i.os[0])}",
+                _image_cudnn_cell(i),
+                f"{m.image_repository}:{example}",
             )
         )
         records.append(
@@ -262,16 +273,49 @@ def _images(m: Matrix) -> Listing:
                     if i.toolkit_source is not None
                     else None
                 ),
+                "status": state,
+                "status_text": words,
+                "eol": (
+                    {
+                        "date": i.eol_date,
+                        "superseded_by": str(i.superseded_by) if i.superseded_by else None,
+                        "source": i.eol_source,
+                    }
+                    if i.eol_source is not None
+                    else None
+                ),
                 "os": list(i.os),
                 "platforms": list(i.platforms),
                 "platforms_source": i.platforms_source,
                 "flavours": list(i.flavours),
-                "cudnn": {"version": i.cudnn_version, "marker": i.cudnn_marker} if i.cudnn_marker else None,
-                "tags": {f"{f}-{o}": f"{m.image_repository}:{i.tag(f, o)}" for o in i.os for f in i.flavours},
+                "cudnn": (
+                    {"version": i.cudnn_version, "marker": i.cudnn_marker, "os": list(i.cudnn_os or i.os)}
+                    if i.cudnn_marker
+                    else None
+                ),
+                "tags": {f"{f}-{o}": f"{m.image_repository}:{tag}" for f, o, tag in i.tags()},
                 "source": i.source,
             }
         )
     return Listing(f"{m.image_repository} tags", headers, rows, records)
+
+
+def _example_tag(i: Any) -> str:
+    """A tag the set has: its cudnn runtime tag on the first OS that has one, else its runtime tag."""
+    for flavour in ("cudnn-runtime", "runtime", "base"):
+        for f, _o, tag in i.tags():
+            if f == flavour:
+                return tag
+    return i.tags()[0][2]
+
+
+def _image_cudnn_cell(i: Any) -> str:
+    """The cuDNN in the cudnn tags, and the OSes without them where not every OS has them."""
+    if not i.cudnn_marker:
+        return "-"
+    cell = i.cudnn_version or "?"
+    missing = [o for o in i.os if i.cudnn_os is not None and o not in i.cudnn_os]
+    return f"{cell} (not on {', '.join(missing)})" if missing else cell
 
 
 TOOLKIT_MARK = "*"

@@ -109,6 +109,13 @@ class GpuGroup(NamedTuple):
     members: tuple[str, ...]
 
 
+# A driver branch's end of life on a date (DriverBranch.eol_state) and an image set's status
+# (ImageRelease.status).
+EOL_PAST = "past"
+EOL_SUPPORTED = "supported"
+EOL_UNKNOWN = "unknown"
+
+
 class DriverRelease(NamedTuple):
     version: Version
     date: str | None
@@ -131,12 +138,23 @@ class DriverBranch(NamedTuple):
         return f"R{self.branch}"
 
     def past_eol(self, as_of: dt.date) -> bool:
+        """True once NVIDIA's end of life has passed; False also where it is unknown (eol_known)."""
+        return self.eol_state(as_of) == EOL_PAST
+
+    @property
+    def eol_known(self) -> bool:
+        """NVIDIA has published an end of life for the branch (a month, or a page listing it as ended)."""
+        return self.eol is not None or self.eol_listed is not None
+
+    def eol_state(self, as_of: dt.date) -> str:
+        """EOL_PAST, EOL_SUPPORTED (the end is later than ``as_of``) or EOL_UNKNOWN (no end of life
+        published: R590, a new feature branch whose end NVIDIA's support page does not give yet)."""
         if self.eol_listed is not None and dt.date.fromisoformat(self.eol_listed) <= as_of:
-            return True
+            return EOL_PAST
         if self.eol is None:
-            return False
+            return EOL_SUPPORTED if self.eol_listed is not None else EOL_UNKNOWN
         year, month = (int(p) for p in self.eol.split("-")[:2])
-        return (as_of.year, as_of.month) > (year, month)
+        return EOL_PAST if (as_of.year, as_of.month) > (year, month) else EOL_SUPPORTED
 
     def release(self, version: Version) -> DriverRelease | None:
         return next((r for r in self.releases if r.version == version), None)
@@ -303,6 +321,25 @@ class ImageRelease(NamedTuple):
         if self.eol_source is None:
             return False
         return self.eol_date is None or dt.date.fromisoformat(self.eol_date) <= as_of
+
+    def status(self, as_of: dt.date) -> tuple[str, str]:
+        """(state, words) for a listing: ("supported", "supported"); ("superseded", "superseded by
+        13.0.3"), tags NVIDIA still serves but no longer updates; ("end-of-life", "end of life
+        2025-09-10, superseded by 13.0.3"), moved to end of life by ``as_of``."""
+        newer = f"superseded by {self.superseded_by}" if self.superseded_by is not None else None
+        if self.eol_source is None:
+            return "supported", "supported"
+        if self.eol_date is not None and dt.date.fromisoformat(self.eol_date) <= as_of:
+            return "end-of-life", ", ".join(w for w in (f"end of life {self.eol_date}", newer) if w)
+        if newer is None:  # an eol row names a date or a newer update (images schema)
+            return "end-of-life", "end of life"
+        dated = f" (end of life {self.eol_date})" if self.eol_date is not None else ""
+        return "superseded", newer + dated
+
+    def tags(self) -> tuple[tuple[str, str, str], ...]:
+        """(flavour, OS suffix, tag) of every tag the set has: each OS with its own flavours
+        (flavours_for), so no cudnn tag is named on an OS that has none (12.5.1 on ubuntu24.04)."""
+        return tuple((f, o, self.tag(f, o)) for o in self.os for f in self.flavours_for(o))
 
     def tag(self, flavour: str, os_suffix: str) -> str:
         if flavour.startswith("cudnn-"):
