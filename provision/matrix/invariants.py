@@ -15,7 +15,7 @@ class Problem(NamedTuple):
     file: str
     key_path: str
     problem: str
-    kind: str  # dangling-id | order | source | coverage | duplicate
+    kind: str  # dangling-id | order | source | coverage | duplicate | range
 
     def __str__(self) -> str:
         return f"{self.file}: {self.key_path}: {self.problem}"
@@ -234,6 +234,20 @@ def check_invariants(matrix: Matrix, raw: dict[str, Any]) -> list[Problem]:  # n
                 "order",
             )
         for ri, rel in enumerate(fw.releases):
+            for bi, b in enumerate(rel.builds):
+                at = f"frameworks[{fi}]({fw.id}).releases[{ri}]({rel.version}).builds[{bi}]({b.variant})"
+                if b.cudnn_spec is not None and (b.cudnn is None or not b.cudnn_spec.contains(b.cudnn)):
+                    add(
+                        "frameworks.yaml", f"{at}.cudnn_spec", f"{b.cudnn_spec} does not admit cudnn {b.cudnn}", "range"
+                    )
+                for arch, *_ in b.arch_sms:
+                    if arch not in b.arches:
+                        add(
+                            "frameworks.yaml",
+                            f"{at}.arch_sms.{arch}",
+                            f"{arch} is not in the build's arches",
+                            "coverage",
+                        )
             defaults = [b.variant for b in rel.builds if b.default]
             if len(defaults) > 1:
                 add(

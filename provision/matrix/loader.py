@@ -332,7 +332,34 @@ _COMPUTE_SUPPORT = _record(m.ComputeSupport, cuda=_specifier)
 _MINOR_COMPAT = _record(m.MinorCompat, min_driver=_version)
 _CUDNN_BUILD = _record(m.CudnnBuild, cuda=_specifier, min_driver=_version, compute_capabilities=_tuple)
 _CUDNN_RELEASE = _record(m.CudnnRelease, version=_version, builds=_rows_in(_CUDNN_BUILD))
-_FRAMEWORK_BUILD = _record(m.FrameworkBuild, compute_capabilities=_tuple_or_none, arches=_arches)
+
+
+def _specifier_optional(item: Item, key: str, file: str, at: str):
+    """A specifier the file may leave out or set null: None there."""
+    return _spec(file, f"{at}.{key}", item[key]) if item.get(key) else None
+
+
+def _arch_sms(item: Item, key: str, file: str, at: str) -> tuple[Any, ...]:
+    """frameworks.yaml ``arch_sms`` ({aarch64: {compute_capabilities, ptx, arch_source}}) as
+    (arch, compute_capabilities, ptx, arch_source) rows; () where absent."""
+    return tuple(
+        (
+            arch,
+            tuple(sms["compute_capabilities"]) if sms["compute_capabilities"] else None,
+            sms["ptx"],
+            sms["arch_source"],
+        )
+        for arch, sms in (item.get(key) or {}).items()
+    )
+
+
+_FRAMEWORK_BUILD = _record(
+    m.FrameworkBuild,
+    compute_capabilities=_tuple_or_none,
+    arches=_arches,
+    cudnn_spec=_specifier_optional,
+    arch_sms=_arch_sms,
+)
 _FRAMEWORK_RELEASE = _record(
     m.FrameworkRelease, version=_version, builds=_rows_in(_FRAMEWORK_BUILD), python_aarch64=_optional
 )

@@ -243,7 +243,7 @@ class FrameworkBuild(NamedTuple):
     default: bool  # what a plain `pip install <pkg>==<ver>` gets on Linux x86_64
     cuda: str  # major.minor the build targets
     cuda_runtime: str | None  # exact nvidia-cuda-runtime pin, or a specifier (TensorFlow)
-    cudnn: str | None  # exact nvidia-cudnn pin / version built against
+    cudnn: str | None  # exact nvidia-cudnn pin / version built against; with cudnn_spec: its lower bound
     libraries: str  # wheels: CUDA libraries come as pip dependencies; system: from the image
     extra: str | None  # pip extra that pulls the CUDA wheels ("and-cuda")
     compute_capabilities: tuple[str, ...] | None  # SASS compiled in, where published
@@ -252,10 +252,38 @@ class FrameworkBuild(NamedTuple):
     source: str
     evidence: str | None  # the wheel (metadata) the pins were read from
     arches: tuple[str, ...] = (DEFAULT_ARCH,)  # host architectures the build's CUDA wheels are published for
+    # the cuDNN requirement the wheel declares when it is a range ("<10.0,>=9.3.0.75", TensorFlow
+    # 2.20/2.21 [and-cuda]): pip installs the newest cuDNN inside it, not `cudnn` (its lower bound).
+    # None: `cudnn` is an exact pin (nvidia-cudnn-cuXX==cudnn) or the documented build.
+    cudnn_spec: SpecifierSet | None = None
+    # (arch, compute_capabilities, ptx, arch_source) for a host architecture whose wheels carry
+    # another SM set than compute_capabilities/ptx (PyTorch publishes an aarch64 table of its
+    # own); None lists: not published for that architecture. Read through sms_for().
+    arch_sms: tuple[tuple[str, tuple[str, ...] | None, str | None, str | None], ...] = ()
 
     @property
     def cuda_version(self) -> Version:
         return Version(self.cuda)
+
+    @property
+    def cudnn_pinned(self) -> bool:
+        """The wheel pins one cuDNN (`cudnn`); False: it accepts any in cudnn_spec."""
+        return self.cudnn_spec is None
+
+    def cudnn_allows(self, version: Version | str) -> bool:
+        """A cuDNN release the build's wheel accepts: inside cudnn_spec, or the pin itself."""
+        if self.cudnn_spec is not None:
+            return self.cudnn_spec.contains(version)
+        return self.cudnn is not None and Version(str(version)) == Version(self.cudnn)
+
+    def sms_for(self, arch: str) -> tuple[tuple[str, ...] | None, str | None, str | None]:
+        """(compute_capabilities, ptx, arch_source) of the build's wheels for one host architecture:
+        its own entry in arch_sms where the source gives that architecture another set, else the
+        build's. (None, None, ...): not published for that architecture."""
+        for name, ccs, ptx, source in self.arch_sms:
+            if name == arch:
+                return ccs, ptx, source
+        return self.compute_capabilities, self.ptx, self.arch_source
 
     @property
     def requirement_extra(self) -> str:

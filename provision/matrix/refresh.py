@@ -295,6 +295,7 @@ def refresh(compat: str | Path, fetch: Fetch = http_fetch, ranged=http_range, lo
                 arch_python = _other_arches(
                     other_arches, version, builds[-1], extra=extra, fetch=fetch, ranged=ranged, log=log
                 )
+                _attach_arch_sms(builds[-1], documented, line)
             else:
                 python, arch_python = None, {}
             for variant, doc in documented.items():
@@ -398,7 +399,7 @@ def _build_from_metadata(fw, version, pins, *, where, documented, line, default:
     cuda = cuda_of(runtime)
     variant = "and-cuda" if "and-cuda" in documented else variant_of(cuda)
     doc = documented.get(variant, {})
-    return {
+    row = {
         "variant": variant,
         "index_url": None,
         "default": default,
@@ -414,6 +415,29 @@ def _build_from_metadata(fw, version, pins, *, where, documented, line, default:
         "source": "pypi-wheel-metadata",
         "evidence": where,
     }
+    if pins["cudnn"] and not _exact(pins["cudnn"]):
+        # a range (TensorFlow 2.20: <10.0,>=9.3.0.75) stays a range: pip takes the newest cuDNN in it,
+        # and `cudnn` is only its lower bound
+        row["cudnn_spec"] = pins["cudnn"]
+    return row
+
+
+def _exact(pin: str) -> bool:
+    """A pin that names one version: "9.1.0.70" (cuda_pins strips a lone ==), not a range."""
+    return re.fullmatch(r"\d+(\.\d+)*", pin) is not None
+
+
+def _attach_arch_sms(build: dict[str, Any], documented: dict[str, Any], line: dict[str, Any] | None) -> None:
+    """The documented per-architecture SM sets (framework_variants.yaml ``arch_sms``) of the
+    architectures the build's wheels were found for."""
+    doc = documented.get(build["variant"], {})
+    sms = {
+        arch: {**entry, "arch_source": line["source"] if line and entry["compute_capabilities"] else None}
+        for arch, entry in (doc.get("arch_sms") or {}).items()
+        if arch in build["arches"]
+    }
+    if sms:
+        build["arch_sms"] = sms
 
 
 def _documented_build(fw, variant, doc, line, index) -> dict[str, Any]:
@@ -484,6 +508,10 @@ def dump(doc: dict[str, Any]) -> str:
         "# arches: the host architectures the build's CUDA wheels are published for: aarch64 where the\n"
         "# release's aarch64 wheel, read for Linux aarch64, declares the same CUDA runtime and cuDNN\n"
         "# (pypi-wheel-metadata); python_aarch64: the CPython range of those aarch64 wheels.\n"
+        "# cudnn_spec: the cuDNN requirement where the wheel declares a range (cudnn is then its lower\n"
+        "# bound: pip installs the newest cuDNN inside it); absent: cudnn is the exact pin.\n"
+        "# arch_sms: an architecture whose wheels carry another SM set than compute_capabilities/ptx\n"
+        "# (framework_variants.yaml); null: not published for it.\n"
     )
     out = io.StringIO()
     yaml.dump(doc, out, Dumper=_QuotedDumper, sort_keys=False, width=200, default_flow_style=None)
