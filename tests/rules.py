@@ -66,6 +66,24 @@ def violations(matrix: Matrix, plan: Plan) -> list[str]:  # noqa: PLR0915 - one 
         if req.policy == "lts" and branch.type not in ("ltsb", "pb"):
             out.append(f"policy lts took a {branch.type} branch")
 
+    # host-only: no image part at all, and the driver the policy (or the pin) takes first
+    if req.host_only:
+        if any(x is not None for x in (plan.cuda, plan.cudnn, plan.framework, plan.base_image, plan.driver_floor)):
+            out.append("a --host-only plan with an image part")
+        if plan.images or plan.image_os is not None:
+            out.append("a --host-only plan with images")
+        return out + _host_rules(matrix, plan, gpu)
+
+    # the images' OS: the one asked for (a host OS id means its own images), else the host's own
+    wanted = req.image_os or os_rel.cuda_image_os
+    if any(wanted in (o.id, *o.aliases) for o in matrix.os_releases) and not any(
+        wanted == i for im in matrix.images for i in im.os
+    ):
+        wanted = matrix.os(wanted).cuda_image_os
+    if plan.image_os != wanted:
+        out.append(f"image OS {plan.image_os} is not the one asked for ({wanted})")
+    img_os = plan.image_os
+
     # CUDA: SM, driver minimum (or minor-version floor), image
     cuda = next((c for c in matrix.cuda if str(c.version) == plan.cuda.version), None)
     if cuda is None:
@@ -81,11 +99,11 @@ def violations(matrix: Matrix, plan: Plan) -> list[str]:  # noqa: PLR0915 - one 
         if drv < floor.min_driver:
             out.append(f"driver {drv} below the CUDA {floor.cuda_major}.x minor-version floor")
     # every image set that carries the toolkit (12.9.2's images carry 12.9.1: images.yaml toolkit)
-    images = [i for i in matrix.images if i.carries == cuda.version and os_rel.cuda_image_os in i.os]
+    images = [i for i in matrix.images if i.carries == cuda.version and img_os in i.os]
     if not images:
-        out.append(f"no nvidia/cuda {cuda.version} image for {os_rel.cuda_image_os}")
+        out.append(f"no nvidia/cuda {cuda.version} image for {img_os}")
     elif plan.base_image not in {
-        f"{matrix.image_repository}:{image.tag(f, os_rel.cuda_image_os)}" for image in images for f in image.flavours
+        f"{matrix.image_repository}:{image.tag(f, img_os)}" for image in images for f in image.flavours
     }:
         out.append(f"base image {plan.base_image} is not a published tag")
     if req.cuda and not plan.cuda.version.startswith(req.cuda):
@@ -122,6 +140,12 @@ def violations(matrix: Matrix, plan: Plan) -> list[str]:  # noqa: PLR0915 - one 
             if not (sass or ptx or unpublished):
                 out.append(f"{plan.framework.requirement} ({build.variant}) does not carry sm {cc}")
 
+    return out + _host_rules(matrix, plan, gpu)
+
+
+def _host_rules(matrix: Matrix, plan: Plan, gpu) -> list[str]:
+    """What every plan's host part obeys, with or without an image part."""
+    out = []
     # fabric manager exactly on NVSwitch systems, at the driver's version
     if gpu.nvswitch != (plan.fabric_manager is not None):
         out.append("fabric manager planned for a GPU without NVSwitch, or missing on one with it")

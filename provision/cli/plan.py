@@ -44,6 +44,18 @@ compat_option = click.option(
     "(checked as provision mig plan does; the mig role applies it).",
 )
 @click.option(
+    "--image-os",
+    metavar="OS",
+    help="The images' OS, independent of the host's: an nvidia/cuda suffix (ubuntu22.04, ubi9, …) "
+    "or a host OS id (its own images). Default: the host OS's own images.",
+)
+@click.option(
+    "--host-only",
+    is_flag=True,
+    help="Plan the host alone (driver, kernel modules, Fabric Manager, Container Toolkit): no image part, "
+    "never refused because of an image.",
+)
+@click.option(
     "--format",
     "fmt",
     type=click.Choice(["table", "json", "yaml", "ansible"]),
@@ -59,7 +71,9 @@ compat_option = click.option(
 )
 @compat_option
 @click.pass_context
-def plan_cmd(ctx, *, os_id, gpu, driver, cuda, cudnn, framework, policy, mig, fmt, lock, explain, compat_dir):
+def plan_cmd(
+    ctx, *, os_id, gpu, driver, cuda, cudnn, framework, policy, mig, image_os, host_only, fmt, lock, explain, compat_dir
+):
     """Resolve driver, kernel modules, CUDA, cuDNN, framework and image for an OS and a GPU.
 
     Every choice comes with its reason; an impossible combination is refused (exit 2) with a
@@ -77,6 +91,8 @@ def plan_cmd(ctx, *, os_id, gpu, driver, cuda, cudnn, framework, policy, mig, fm
         framework=framework,
         policy=policy,
         mig=mig,
+        image_os=image_os,
+        host_only=host_only,
         fmt=fmt,
         lock=lock,
         explain=explain,

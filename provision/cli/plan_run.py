@@ -29,11 +29,12 @@ _VALUES = {
     "--framework": "framework",
     "--policy": "policy",
     "--mig": "mig",
+    "--image-os": "image_os",
     "--format": "fmt",
     "--lock": "lock",
     "--compat-dir": "compat_dir",
 }
-_FLAGS = {"--explain": "explain"}
+_FLAGS = {"--explain": "explain", "--host-only": "host_only"}
 _CHOICES = {"policy": ("lts", "latest"), "fmt": ("table", "json", "yaml", "ansible")}
 _DEFAULTS = {
     "driver": None,
@@ -42,6 +43,8 @@ _DEFAULTS = {
     "framework": None,
     "policy": "lts",
     "mig": None,
+    "image_os": None,
+    "host_only": False,
     "fmt": "table",
     "lock": None,
     "explain": False,
@@ -121,7 +124,9 @@ def _path_ok(path: str | None, *, directory: bool) -> bool:
     return os.access(path, os.R_OK) and (directory or os.access(path, os.W_OK))
 
 
-def run_plan(*, os_id, gpu, driver, cuda, cudnn, framework, policy, mig, fmt, lock, explain, compat_dir) -> int:
+def run_plan(
+    *, os_id, gpu, driver, cuda, cudnn, framework, policy, mig, image_os, host_only, fmt, lock, explain, compat_dir
+) -> int:
     """`provision plan`: resolve, then print the plan (and write the lock file)."""
     from provision.cli.common import check_output, load_catalogue, resolve_or_refuse
     from provision.cli.output import dumps_json, dumps_yaml, echo, print_table
@@ -130,7 +135,16 @@ def run_plan(*, os_id, gpu, driver, cuda, cudnn, framework, policy, mig, fmt, lo
     check_output(lock, "--lock")
     matrix = load_catalogue(compat_dir)
     request = PlanRequest(
-        os=os_id, gpu=gpu, driver=driver, cuda=cuda, cudnn=cudnn, framework=framework, policy=policy, mig=mig
+        os=os_id,
+        gpu=gpu,
+        driver=driver,
+        cuda=cuda,
+        cudnn=cudnn,
+        framework=framework,
+        policy=policy,
+        mig=mig,
+        image_os=image_os,
+        host_only=bool(host_only),
     )
     p = resolve_or_refuse(matrix, request, explain=explain)
     if lock is not None:
@@ -176,12 +190,15 @@ def plan_rows(p: Plan) -> list[tuple[str, str]]:
             ", ".join(f"{pkg.name} {pkg.version}" for pkg in p.driver.packages)
             + (f" [stream {p.driver.module_stream}]" if p.driver.module_stream else ""),
         ),
+        ("image os", _image_os_text(p)),
         (
             "cuda",
-            f"{p.cuda.version} ({p.cuda.label})"
+            "- (no image part)"
+            if p.cuda is None
+            else f"{p.cuda.version} ({p.cuda.label})"
             + (" via minor-version compatibility" if p.cuda.compatibility == "minor-version" else ""),
         ),
-        ("cudnn", f"{p.cudnn.version} (from the {p.cudnn.origin})" if p.cudnn else "-"),
+        ("cudnn", _cudnn_text(p)),
         (
             "framework",
             f"{p.framework.requirement} [{p.framework.variant}]"
@@ -199,11 +216,31 @@ def plan_rows(p: Plan) -> list[tuple[str, str]]:
             else []
         ),
         ("container toolkit", p.container_toolkit.version),
-        ("base image", p.base_image + (f" ({p.platform})" if other_arch else "")),
-        ("driver floor", p.driver_floor),
+        ("base image", "-" if p.base_image is None else p.base_image + (f" ({p.platform})" if other_arch else "")),
+        ("driver floor", p.driver_floor or "-"),
         ("digest", p.digest()),
     ]
     return rows
+
+
+def _image_os_text(p: Plan) -> str:
+    if p.image_os is None:
+        return "- (--host-only: no image part)"
+    if p.image_os == p.os.cuda_image_os:
+        return f"{p.image_os} (the host OS's own nvidia/cuda images)"
+    return f"{p.image_os} (--image-os; the host runs {p.os.id})"
+
+
+def _cudnn_text(p: Plan) -> str:
+    if p.cudnn is None:
+        return "-"
+    if p.cudnn.origin == "framework":
+        return f"{p.cudnn.version} (the framework build's pin)"
+    flavour = next((f for f, ref in p.images.items() if ref == p.base_image), None)
+    if flavour is not None and flavour.startswith("cudnn"):
+        return f"{p.cudnn.version} (in the base image)"
+    cudnn_image = p.images.get(f"cudnn-{flavour}") if flavour else None
+    return f"{p.cudnn.version} (in {cudnn_image or 'the cudnn images'}, not in the base image)"
 
 
 def plan_legend(p: Plan) -> list[str]:

@@ -1,7 +1,14 @@
 """The plan: what a host and its images must run. Everything after ``provision plan`` reads this.
 
 ``Plan.to_dict()`` is the only serialiser and ``Plan.from_dict()`` its exact inverse; the JSON
-document they exchange is the contract in the README (``"schema": 1``).
+document they exchange is the contract in the README (``"schema": 2``; schema 1 locks are still
+read and their digests verified).
+
+A plan has a host part (``HOST_PART``: os, gpu, driver, Fabric Manager, subnet manager, Container
+Toolkit, MIG) and an image part (``IMAGE_PART``: the image's OS, CUDA, cuDNN, framework, base
+images, driver floor). A ``--host-only`` plan has no image part: its CUDA, base image, driver floor
+and image OS are null. The image's OS is its own choice (``--image-os``): by default the host OS's
+own ``nvidia/cuda`` images.
 """
 
 import functools
@@ -14,7 +21,8 @@ from typing import Any, NamedTuple
 
 from provision.errors import InputError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READ_SCHEMAS = (1, 2)  # schema 1: image_os absent (the host OS's images), never host-only
 SCHEMA_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "schema", "plan.schema.json")
 
 
@@ -27,6 +35,8 @@ class PlanRequest(NamedTuple):
     framework: str | None = None  # "pytorch==2.5.1"
     policy: str = "lts"  # lts | latest
     mig: str | None = None  # MIG layout "3g.40gb,2g.20gb,2x1g.10gb" (provision mig plan checks it)
+    image_os: str | None = None  # the images' OS (nvidia/cuda suffix or a host OS id); None: the host OS's own
+    host_only: bool = False  # no image part: driver, modules, Fabric Manager, toolkit only
 
 
 class Reason(NamedTuple):
@@ -155,6 +165,10 @@ class PlanMig(NamedTuple):
     cgi: str  # nvidia-smi mig -cgi argument: <profile id>:<start>,...
 
 
+HOST_PART = ("os", "gpu", "driver", "fabric_manager", "subnet_manager", "container_toolkit", "mig")
+IMAGE_PART = ("image_os", "cuda", "cudnn", "framework", "base_image", "images", "driver_floor", "platform")
+
+
 class PlanData(NamedTuple):
     as_of: str
     digest: str  # sha256 over the compat/ files the plan was resolved from
@@ -165,20 +179,26 @@ class Plan(NamedTuple):
     os: PlanOs
     gpu: PlanGpu
     driver: PlanDriver
-    cuda: PlanCuda
+    cuda: PlanCuda | None  # None in a host-only plan
     cudnn: PlanCudnn | None
     framework: PlanFramework | None
     fabric_manager: PlanFabricManager | None
     container_toolkit: PlanToolkit
-    base_image: str
-    images: dict[str, str]  # flavour -> nvidia/cuda:<tag> for the plan's CUDA and OS
-    driver_floor: str  # oldest driver the plan's images need (NVIDIA_REQUIRE_CUDA)
+    base_image: str | None  # None in a host-only plan
+    images: dict[str, str]  # flavour -> nvidia/cuda:<tag> for the plan's CUDA and image OS ({} host-only)
+    driver_floor: str | None  # oldest driver the plan's images need (NVIDIA_REQUIRE_CUDA); None host-only
     reasons: tuple[Reason, ...]
     data: PlanData
     mig: PlanMig | None = None
     subnet_manager: PlanSubnetManager | None = None
     platform: str = "linux/amd64"  # the container platform of the plan's images (linux/arm64 on aarch64 hosts)
+    image_os: str | None = None  # the images' OS (nvidia/cuda tag suffix); None only in a host-only plan
     schema: int = SCHEMA_VERSION
+
+    @property
+    def host_only(self) -> bool:
+        """No image part: nothing to render, build or run a container of."""
+        return self.cuda is None
 
     # -- serialisation -------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -194,9 +214,10 @@ class Plan(NamedTuple):
                 f"{origin} is not a provision plan",
                 hint="write one with: provision plan --os OS --gpu GPU --lock plan.lock.json",
             )
-        if doc.get("schema") != SCHEMA_VERSION:
+        if doc.get("schema") not in READ_SCHEMAS or isinstance(doc.get("schema"), bool):
             raise InputError(
-                f"{origin} has plan schema {doc.get('schema')!r}; this provision reads schema {SCHEMA_VERSION}",
+                f"{origin} has plan schema {doc.get('schema')!r}; this provision reads schemas "
+                f"{', '.join(map(str, READ_SCHEMAS))}",
                 hint="re-create the lock file with this version of provision plan --lock",
             )
         if "digest" not in doc:
@@ -206,6 +227,13 @@ class Plan(NamedTuple):
             )
         check_document(doc, origin)
         body = {k: v for k, v in doc.items() if k != "digest"}
+        if body["schema"] == 1:
+            if "image_os" in body and body["image_os"] != (body.get("os") or {}).get("cuda_image_os"):
+                raise InputError(
+                    f"{origin}: image_os: a schema 1 plan's images are its host OS's own",
+                    hint="re-create it with provision plan --lock (schema 2 records image_os)",
+                )
+            body["image_os"] = (body.get("os") or {}).get("cuda_image_os")
         try:
             plan = _load(cls, body)
         except (KeyError, TypeError, ValueError) as exc:
@@ -234,6 +262,14 @@ class Plan(NamedTuple):
                 body.pop(key, None)
         if body["request"].get("mig") is None:
             body["request"].pop("mig", None)
+        # schema 2's request keys, absent from the digest unless used (as mig above)
+        if body["request"].get("image_os") is None:
+            body["request"].pop("image_os", None)
+        if not body["request"].get("host_only"):
+            body["request"].pop("host_only", None)
+        # a schema 1 plan records no image_os (it reads as the host OS's own images)
+        if self.schema == 1:
+            body.pop("image_os", None)
         # the driver's module options, added later the same way: a plan without any digests as before
         if not body["driver"].get("module_options"):
             body["driver"].pop("module_options", None)

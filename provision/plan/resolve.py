@@ -89,6 +89,7 @@ class Context:
         "gpu_name",
         "gpus",
         "host",
+        "img_os",
         "kinds",
         "matrix",
         "memo",
@@ -131,6 +132,8 @@ class Context:
         # repository's directory for it (x86_64, sbsa); GPU-level kernel-module limits (GH200: open)
         self.host, self.repo_arch = host, os.repo_arch(host) or host
         self.gpu_modules = gpu_modules
+        # the OS of the plan's images (nvidia/cuda tag suffix): --image-os, else the host OS's own
+        self.img_os = image_os_of(matrix, os, request.image_os)
         self.eliminated: list[tuple[str, str]] = []
         self.rule_of: dict[tuple[str, str], str] = {}  # elimination -> the rule (kind) behind it
         self.kinds: set[str] = set()  # which rules eliminated candidates
@@ -209,7 +212,7 @@ def resolve(matrix: m.Matrix, request: PlanRequest, *, suggest: bool = True, mem
     error = NoCompatibleStack(
         f"no compatible stack for os={ctx.os.id} gpu={ctx.gpu_id}{_pin_text(request)}",
         eliminations=eliminations,
-        hint=_suggest(matrix, request) if suggest else None,
+        hint=_suggest(matrix, request, frozenset(ctx.kinds)) if suggest else None,
     )
     error.kinds = frozenset(ctx.kinds)
     error.summary = summarise(ctx, eliminations)
@@ -340,7 +343,43 @@ def _os_arch_refusal(matrix: m.Matrix, os_rel: m.OsRelease, gpu_id: str, host: s
     return error
 
 
+def image_os_of(matrix: m.Matrix, os_rel: m.OsRelease, requested: str | None) -> str:
+    """The OS of a plan's images: ``requested`` (an nvidia/cuda tag suffix the catalogue publishes
+    images for, or a host OS id or alias, meaning that OS's own images), else the host OS's own."""
+    if requested is None:
+        return os_rel.cuda_image_os
+    text = requested.strip()
+    published = _published_image_oses(matrix)
+    if text in published:
+        return text
+    for rel in matrix.os_releases:
+        if text in (rel.id, *rel.aliases):
+            return rel.cuda_image_os
+    raise UnknownId(
+        f"--image-os {requested!r} is not an OS nvidia/cuda images are catalogued for",
+        hint=f"one of: {', '.join(published)} (or a host OS id: its own images)",
+    )
+
+
+def _published_image_oses(matrix: m.Matrix) -> list[str]:
+    """Every nvidia/cuda tag suffix the catalogue lists images for, hosts' own first (os.yaml order)."""
+    listed = {o for i in matrix.images for o in i.os}
+    ordered = [o.cuda_image_os for o in matrix.os_releases] + sorted(listed)
+    return [o for o in dict.fromkeys(ordered) if o in listed]
+
+
+def _host_only_pins(request: PlanRequest) -> None:
+    """A --host-only request with image pins: refused, since nothing would honour them."""
+    given = [f"--{k.replace('_', '-')}" for k in ("cuda", "cudnn", "framework", "image_os") if getattr(request, k)]
+    if request.host_only and given:
+        raise BadPin(
+            f"--host-only plans no image, so {' and '.join(given)} cannot apply",
+            hint=f"drop {' and '.join(given)}, or drop --host-only to plan an image too",
+        )
+
+
 def parse_pins(matrix: m.Matrix, request: PlanRequest) -> Pins:
+    _host_only_pins(request)
     branch = release = None
     if request.driver is not None:
         text = request.driver.strip().lstrip("Rr")
@@ -422,19 +461,29 @@ def parse_pins(matrix: m.Matrix, request: PlanRequest) -> Pins:
 
 # -- search ----------------------------------------------------------------------------------
 def _search(ctx: Context) -> Plan | None:
+    """The first candidate stack that passes every rule, in the order of the module docstring.
+
+    A framework build is taken newest first if the driver runs it at all, natively or through
+    minor-version compatibility (a driver pinned to R535 gets torch 2.9.1's CUDA 12.8 build, not
+    an older native one); without a framework, minor-version compatibility is used only when no
+    CUDA release meets its toolkit minimum on any candidate driver."""
     drivers = list(_driver_candidates(ctx)) if ctx.memo is None else _memo_drivers(ctx, ctx.memo)
     if not drivers:
         return None
+    if ctx.request.host_only:
+        return _host_plan(ctx, drivers[0])
     builds = _framework_candidates(ctx)
     if ctx.pins.framework is not None and not builds:
         return None
-    for allow_minor in (False, True):
-        for drv in drivers:
-            for fw_release, build in builds or [(None, None)]:
-                for cuda, image in _cuda_candidates(ctx, build):
-                    plan = _try(ctx, Candidate(drv, fw_release, build, cuda, image), allow_minor=allow_minor)
-                    if plan is not None:
-                        return plan
+    if builds:
+        order = ((drv, fw, minor) for drv in drivers for fw in builds for minor in (False, True))
+    else:
+        order = ((drv, (None, None), minor) for minor in (False, True) for drv in drivers)
+    for drv, (fw_release, build), allow_minor in order:
+        for cuda, image in _cuda_candidates(ctx, build):
+            plan = _try(ctx, Candidate(drv, fw_release, build, cuda, image), allow_minor=allow_minor)
+            if plan is not None:
+                return plan
     return None
 
 
@@ -442,7 +491,10 @@ def _memo_drivers(ctx: Context, memo: dict) -> list[DriverChoice]:
     """list(_driver_candidates(ctx)), worked out once per request that differs only in the pins it
     never reads (CUDA, cuDNN, framework, MIG), then replayed: the same choices, eliminations (in
     order, with their rules) and skipped branches."""
-    key = ("drivers", ctx.request._replace(cuda=None, cudnn=None, framework=None, mig=None))
+    key = (
+        "drivers",
+        ctx.request._replace(cuda=None, cudnn=None, framework=None, mig=None, image_os=None, host_only=False),
+    )
     known = memo.get(key)
     if known is None:
         if ctx.eliminated or ctx.kinds or ctx.skipped:  # only a fresh context records cleanly
@@ -683,14 +735,14 @@ def _cuda_release(ctx: Context, index: int, flavour: str) -> tuple[tuple, ...]:
     (candidate, why, rule) for each elimination, in order. It reads the GPU's compute capability
     and architecture, the OS's image suffix, the host and the base image flavour, and nothing else
     of the request: with a memo, it is worked out once for each of those."""
-    key = ("cuda-release", index, ctx.cc, ctx.arch.name, ctx.os.cuda_image_os, ctx.host, flavour)
+    key = ("cuda-release", index, ctx.cc, ctx.arch.name, ctx.img_os, ctx.host, flavour)
     known = None if ctx.memo is None else ctx.memo.get(key)
     if known is not None:
         return known
     cuda = ctx.matrix.cuda[index]
     name = f"cuda {cuda.version}"
     events: list[tuple] = []
-    img_os = ctx.os.cuda_image_os
+    img_os = ctx.img_os
     if not ctx.matrix.cuda_supports_cc(cuda.version, ctx.cc):
         events.append((name, f"cannot build for sm_{ctx.cc.replace('.', '')} ({ctx.arch.name})", "cuda-sm"))
     else:
@@ -905,7 +957,7 @@ def _build_plan(ctx: Context, cand: Candidate, link: CudaLink, cudnn: CudnnChoic
     reasons = list(driver_reasons)
     cuda, driver_floor, why = _cuda_part(ctx, cand, link)
     reasons.append(why)
-    image_key = ("image-part", cand.image, cand.cuda.version, ctx.os.id, _base_flavour(build))
+    image_key = ("image-part", cand.image, cand.cuda.version, ctx.os.id, ctx.img_os, _base_flavour(build))
     base_image, images, why = _kept(ctx, image_key, _image_part, ctx, cand)
     reasons.append(why)
     plan_cudnn, why = _cudnn_part(cand, cudnn)
@@ -935,6 +987,40 @@ def _build_plan(ctx: Context, cand: Candidate, link: CudaLink, cudnn: CudnnChoic
         reasons=(os_why, gpu_why, *reasons),
         data=_kept(ctx, ("plan-data",), _plan_data, ctx.matrix),
         subnet_manager=subnet_manager,
+        image_os=ctx.img_os,
+    )
+
+
+def _host_plan(ctx: Context, drv: DriverChoice) -> Plan:
+    """A --host-only plan: the host part of the policy's (or the pin's) first driver candidate,
+    with no image part; nothing about an image can refuse it."""
+    plan_os, plan_gpu, os_why, gpu_why = _kept(ctx, ("host-part", ctx.os.id, ctx.gpu_id), _host_part, ctx)
+    driver, driver_reasons, fabric, subnet_manager, hardware_reasons = _driver_parts(ctx, drv)
+    toolkit, toolkit_why = _kept(ctx, ("toolkit-part",), _toolkit_part, ctx.matrix)
+    none = Reason(
+        "image",
+        "none: --host-only plans the host alone (driver, kernel modules, Fabric Manager, Container Toolkit); "
+        f"which images run on it: provision runs-on --driver {driver.version} --gpu {ctx.gpu_id}",
+        None,
+    )
+    return Plan(
+        request=ctx.request,
+        os=plan_os,
+        gpu=plan_gpu,
+        driver=driver,
+        cuda=None,
+        cudnn=None,
+        framework=None,
+        fabric_manager=fabric,
+        container_toolkit=toolkit,
+        base_image=None,
+        images={},
+        driver_floor=None,
+        platform=m.PLATFORMS[ctx.host],
+        reasons=(os_why, gpu_why, *driver_reasons, none, *hardware_reasons, toolkit_why),
+        data=_kept(ctx, ("plan-data",), _plan_data, ctx.matrix),
+        subnet_manager=subnet_manager,
+        image_os=None,
     )
 
 
@@ -1062,7 +1148,7 @@ def _cuda_part(ctx: Context, cand: Candidate, link: CudaLink) -> tuple[PlanCuda,
     why = Reason(
         "cuda",
         f"CUDA {cuda.version} ({cuda.label}): {pick} that builds for sm_{ctx.cc.replace('.', '')} "
-        f"and has {ctx.os.cuda_image_os} images; {cuda_why}",
+        f"and has {ctx.img_os} images; {cuda_why}",
         cuda.source,
     )
     targets = _kept(ctx, ("cuda-targets", cuda.version), _cuda_targets, ctx.matrix, cuda.version)
@@ -1083,7 +1169,7 @@ def _cuda_targets(matrix: m.Matrix, version: Version) -> tuple[str, ...]:
 def _image_part(ctx: Context, cand: Candidate) -> tuple[str, dict[str, str], Reason]:
     image, os_rel = cand.image, ctx.os
     flavour = _base_flavour(cand.build)
-    img_os = os_rel.cuda_image_os
+    img_os = ctx.img_os
     images = {f: f"{ctx.matrix.image_repository}:{image.tag(f, img_os)}" for f in image.flavours_for(img_os)}
     base_image = images[flavour]
     img_why = {
@@ -1091,7 +1177,10 @@ def _image_part(ctx: Context, cand: Candidate) -> tuple[str, dict[str, str], Rea
         "base": "base flavour: the framework's wheels bring their own CUDA libraries",
         "cudnn-runtime": "cudnn-runtime flavour: the framework build uses the image's CUDA and cuDNN",
     }[flavour]
-    note = f"; {os_rel.cuda_image_note}" if os_rel.cuda_image_note else ""
+    if img_os != os_rel.cuda_image_os:
+        note = f"; {img_os} images on a {os_rel.id} host (--image-os: the container's OS is independent of the host's)"
+    else:
+        note = f"; {os_rel.cuda_image_note}" if os_rel.cuda_image_note else ""
     if image.cuda != cand.cuda.version:
         cublas = f" with cuBLAS {image.cublas}" if image.cublas else ""
         note += f"; nvidia/cuda {image.cuda} images (CUDA {image.carries} toolkit{cublas})"
@@ -1225,9 +1314,15 @@ def _data_digest(matrix: m.Matrix) -> str:
 
 # -- refusals ----------------------------------------------------------------------------------
 def _pin_text(request: PlanRequest) -> str:
-    pins = [f"{k}={getattr(request, k)}" for k in ("driver", "cuda", "cudnn", "framework") if getattr(request, k)]
+    pins = [
+        f"{k}={getattr(request, k)}"
+        for k in ("driver", "cuda", "cudnn", "framework", "image_os")
+        if getattr(request, k)
+    ]
     if request.policy != "lts":
         pins.append(f"policy={request.policy}")
+    if request.host_only:
+        pins.append("host-only")
     return f" pins=[{', '.join(pins)}]" if pins else ""
 
 
@@ -1264,7 +1359,7 @@ def _rule_text(ctx: Context, rule: str, n: int) -> str:
         "framework-arch": f"framework build{s} without {ctx.host} CUDA wheels",
         "image-platform": f"CUDA release{s} whose nvidia/cuda images are not confirmed for {m.PLATFORMS[ctx.host]}",
         "cuda-uncatalogued": f"framework CUDA version{s} not in the catalogue",
-        "image": f"CUDA release{s} without a matching nvidia/cuda image for {ctx.os.cuda_image_os}",
+        "image": f"CUDA release{s} without a matching nvidia/cuda image for {ctx.img_os}",
         "cuda-sm": f"CUDA release{s} that cannot build for {sm} ({ctx.arch.name})",
         "gpu-min-driver": f"driver{s} older than {ctx.min_driver}, the first driver for {ctx.gpu_id}",
         "subnet-manager": f"driver branch{'es' if n > 1 else ''} older than the NVLink Subnet Manager floor",
@@ -1344,7 +1439,7 @@ def _pin_facts(ctx: Context) -> list[str]:
     pin = ctx.pins.cudnn
     if not pin or "cudnn-pin" not in ctx.kinds:
         return []
-    img_os = ctx.os.cuda_image_os
+    img_os = ctx.img_os
     carried = sorted(
         {Version(i.cudnn_version) for i in ctx.matrix.images if i.cudnn_version and img_os in i.os}, reverse=True
     )
@@ -1376,7 +1471,7 @@ def _quiet(matrix: m.Matrix, request: PlanRequest) -> Plan | None:
         return None
 
 
-def _suggest(matrix: m.Matrix, request: PlanRequest, limit: int = 3) -> str:
+def _suggest(matrix: m.Matrix, request: PlanRequest, kinds: frozenset[str] = frozenset(), limit: int = 3) -> str:
     """Pin changes that resolve, cheapest first. Driver branches are offered as the resolver's
     ``lts`` policy would take them (``_driver_order``): supported long-term support and production
     branches, newest first, with the long-term support branch that works always among them; new
@@ -1394,6 +1489,12 @@ def _suggest(matrix: m.Matrix, request: PlanRequest, limit: int = 3) -> str:
         if plan is not None:
             found.append(f"{label} ({_gives(plan)})")
 
+    if kinds & {"image", "image-platform"} and not request.host_only:
+        # the container's OS is independent of the host's: other images first, then the host alone
+        own = image_os_of(matrix, matrix.os(request.os), request.image_os)
+        for img_os in _published_image_oses(matrix):
+            if img_os != own and len(found) < 2:
+                attempt(f"--image-os {img_os}", replace(request, image_os=img_os))
     if request.cuda:
         for mm in sorted({major_minor(c.version) for c in matrix.cuda}, key=Version, reverse=True):
             if mm != request.cuda and len(found) < 2:
@@ -1419,6 +1520,11 @@ def _suggest(matrix: m.Matrix, request: PlanRequest, limit: int = 3) -> str:
             attempt(f"drop --{key}", replace(request, **{key: None}))
     if request.policy == "lts":
         attempt("--policy latest", replace(request, policy="latest"))
+    if request.image_os:
+        attempt("drop --image-os", replace(request, image_os=None))
+    if kinds & {"image", "image-platform"} and not request.host_only and len(found) < limit:
+        bare = replace(request, cuda=None, cudnn=None, framework=None, image_os=None, host_only=True)
+        attempt("--host-only without image pins", bare)
     if not found:
         for os_rel in matrix.os_releases:
             if os_rel.id != request.os:
@@ -1429,7 +1535,10 @@ def _suggest(matrix: m.Matrix, request: PlanRequest, limit: int = 3) -> str:
 
 
 def _gives(plan: Plan) -> str:
-    return f"gives driver {plan.driver.version}, cuda {plan.cuda.version}"
+    if plan.cuda is None:
+        return f"gives driver {plan.driver.version}, no image"
+    image = f" on {plan.image_os} images" if plan.image_os != plan.os.cuda_image_os else ""
+    return f"gives driver {plan.driver.version}, cuda {plan.cuda.version}{image}"
 
 
 def _driver_order(matrix: m.Matrix) -> list[m.DriverBranch]:

@@ -18,6 +18,8 @@ BRANCHES = [str(b.branch) for b in MATRIX.drivers] + [str(r.version) for b in MA
 CUDAS = sorted({major_minor(c.version) for c in MATRIX.cuda}) + [str(c.version) for c in MATRIX.cuda[:6]]
 CUDNNS = ["8", "9", "9.1", "9.10", "8.9.6.50"]
 FRAMEWORKS = [f"{fw.id}=={r.version}" for fw in MATRIX.frameworks for r in fw.releases] + ["pytorch", "tensorflow"]
+# the images' OS: every published nvidia/cuda suffix and every host OS id (its own images)
+IMAGE_OSES = sorted({o for i in MATRIX.images for o in i.os}) + OS_IDS
 
 requests = st.builds(
     PlanRequest,
@@ -28,6 +30,8 @@ requests = st.builds(
     cudnn=st.none() | st.sampled_from(CUDNNS),
     framework=st.none() | st.sampled_from(FRAMEWORKS),
     policy=st.sampled_from(["lts", "latest"]),
+    image_os=st.none() | st.sampled_from(IMAGE_OSES),
+    host_only=st.booleans(),
     mig=st.none()
     | st.sampled_from(
         [
@@ -56,6 +60,10 @@ def test_plans_obey_every_rule_and_refusals_explain(request):
     except InputError as exc:  # groups whose members need different setups; MIG layouts that cannot be
         if request.mig and ("MIG" in exc.message or "does not fit" in exc.message):
             assert exc.hint, exc.message
+            return
+        if request.host_only and "--host-only plans no image" in exc.message:
+            assert any((request.cuda, request.cudnn, request.framework, request.image_os)), exc.message
+            assert exc.hint
             return
         assert "differ in" in exc.message
         assert exc.hint

@@ -40,7 +40,7 @@ def test_plan_json_contract_and_lock(cli, tmp_path, fixture_matrix):
     assert r.code == 0, r
     doc = json.loads(r.out)
     assert doc == json.loads(lock.read_text())
-    assert doc["schema"] == 1
+    assert doc["schema"] == 2
     assert doc["os"]["id"] == OS
     assert doc["gpu"]["id"] == GPU
     _, release = lts_choice(fixture_matrix, OS)

@@ -16,7 +16,7 @@ def plan(fixture_matrix):
 
 def test_contract_keys(plan):
     doc = plan.to_dict()
-    assert doc["schema"] == 1
+    assert doc["schema"] == 2
     assert next(iter(doc)) == "schema"
     assert {
         "request",
@@ -79,10 +79,10 @@ def test_not_a_plan(tmp_path, content, text):
 
 def test_other_schema_version(tmp_path, plan):
     doc = plan.to_dict()
-    doc["schema"] = 2
+    doc["schema"] = 3
     path = tmp_path / "p.json"
     path.write_text(json.dumps(doc))
-    with pytest.raises(InputError, match="plan schema 2"):
+    with pytest.raises(InputError, match="plan schema 3"):
         read_plan(path)
 
 
@@ -163,6 +163,8 @@ def test_digest_of_a_plan_without_mig_is_unchanged_by_the_mig_field(plan):
     for key in ("reasons", "data", "mig", "subnet_manager", "platform"):
         body.pop(key)
     body["request"].pop("mig")
+    for key in ("image_os", "host_only"):  # schema 2's request keys: absent unless used
+        body["request"].pop(key)
     body["driver"].pop("module_options")  # added after schema 1: absent unless the GPU has any
     for key in ("arch", "repo_arch"):  # the host architecture, added after schema 1: absent on x86_64
         body["os"].pop(key)
