@@ -23,6 +23,15 @@ from pathlib import Path
 import yaml
 
 PAYLOAD = Path(__file__).resolve().parent.parent / "fakegpu" / "payload"
+# `nvidia-smi mig -lgip` / `-lgipp` output of real GPUs (tests/fakegpu/captures/SOURCES.md)
+CAPTURES = Path(__file__).resolve().parent.parent / "fakegpu" / "captures"
+# the fleet's fake GPU kinds (tests/integration/conftest.py GPUS) -> their (-lgip, -lgipp) captures
+MIG_CAPTURES = {
+    "a100": ("a100-80gb-pcie.lgip.txt", "a100-sxm4-40gb.lgipp.txt"),
+    "h100": ("h100-80gb-hbm3.lgip.txt", "h100-80gb-hbm3.lgipp.txt"),
+}
+# nvidia-smi's default compute-instance profile id for a GPU instance of N compute slices (NVML)
+DEFAULT_CI_PROFILE = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4}
 SECURE_BOOT_VAR = "SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 CUDA_REPO = "compute/cuda/repos/{repo}/x86_64"
 TOOLKIT_REPO = "libnvidia-container/stable/deb/amd64"
@@ -680,3 +689,33 @@ class RecordingProxy(_LoopbackServer):
     @property
     def seen(self) -> list[tuple[str, str]]:
         return self.httpd.seen
+
+
+def mig_profiles_from_captures(kind: str) -> dict[str, dict]:
+    """The fake GPU's MIG table (gpu.json ``mig_profiles``: what its `nvidia-smi mig -lgip`/`-lgipp`
+    print and `-cgi` places by) for a fleet GPU kind, read from real captures of that GPU, never from
+    compat/mig.yaml: a wrong id, count, size or placement in the catalogue then differs from what the
+    "GPU" says. Profiles whose placements the -lgipp capture does not give are left out."""
+    from provision.matrix.detect import parse_lgip, parse_lgipp
+
+    lgip_name, lgipp_name = MIG_CAPTURES[kind]
+    lgip = parse_lgip((CAPTURES / lgip_name).read_text())
+    placed = {row.id: row for row in parse_lgipp((CAPTURES / lgipp_name).read_text()) if row.gpu == 0}
+    table = {}
+    for row in (r for r in lgip if r.gpu == 0):
+        where = placed.get(row.id)
+        if where is None:
+            continue
+        compute = int(re.match(r"(\d+)g\.", row.name).group(1))
+        table[str(row.id)] = {
+            "name": row.name,
+            "size": where.size,
+            "placements": list(where.placements),
+            "compute": compute,
+            "max": row.total,
+            "memory_gib": row.memory_gib,
+            "ci_profile": DEFAULT_CI_PROFILE[compute],
+        }
+    if not table:
+        raise ValueError(f"no MIG profile with placements in the {kind} captures")
+    return table
