@@ -41,7 +41,9 @@ def test_cuda_13_0_2_rocky_and_ubi_tags_and_their_cudnn(real_matrix):
     img = image(real_matrix, "13.0.2")
     assert img.source == "cuda-images-2512"
     assert {"rockylinux9", "ubi9"} <= set(img.os)
-    assert img.cudnn_version == "9.14.0.64"  # NV_CUDNN_VERSION=9.14.0.64-1 in NVIDIA's Dockerfiles
+    # NV_CUDNN_VERSION of NVIDIA's cudnn Dockerfile, from the recorded copy (cuda-images-2512)
+    dockerfile = COMPAT.parent / "tests/fixtures/refresh/cuda-images/dist/13.0.2/rockylinux9/runtime/cudnn/Dockerfile"
+    assert img.cudnn_version == _env(dockerfile.read_text(), "NV_CUDNN_VERSION")
     assert img.tag("cudnn-runtime", "rockylinux9") == "13.0.2-cudnn-runtime-rockylinux9"
 
 
@@ -118,8 +120,15 @@ def test_every_framework_release_has_an_upper_python_bound(real_matrix):
 
 
 def test_torch_2_11_cu130_carries_the_wheels_cudnn_pin(real_matrix):
+    from provision.matrix.refresh import cuda_pins
+
     build = next(b for b in real_matrix.framework("pytorch").release(Version("2.11.0")).builds if b.variant == "cu130")
-    assert (build.cudnn, build.source) == ("9.19.0.56", "pypi-wheel-metadata")
+    recorded = (
+        COMPAT.parent / "tests/fixtures/wheel-metadata/torch-2.11.0-cp311-cp311-manylinux_2_28_x86_64.whl.METADATA"
+    )
+    pins = cuda_pins(recorded.read_text(), None)  # the wheel's own Requires-Dist, as recorded
+    assert (build.cudnn, build.source) == (pins["cudnn"], "pypi-wheel-metadata")
+    assert build.cudnn_pinned
     assert build.evidence.endswith("torch-2.11.0-cp311-cp311-manylinux_2_28_x86_64.whl.metadata")
 
 
