@@ -330,6 +330,7 @@ _SUBNET_MANAGER = _record(m.SubnetManager, kernel_modules=_tuple, sources=_tuple
 _CUDA_RELEASE = _record(m.CudaRelease, version=_version, min_driver=_version, os=_tuple)
 _COMPUTE_SUPPORT = _record(m.ComputeSupport, cuda=_specifier)
 _MINOR_COMPAT = _record(m.MinorCompat, min_driver=_version)
+_FORWARD_COMPAT = _record(m.ForwardCompat, branches=_tuple)
 _CUDNN_BUILD = _record(m.CudnnBuild, cuda=_specifier, min_driver=_version, compute_capabilities=_tuple)
 _CUDNN_RELEASE = _record(m.CudnnRelease, version=_version, builds=_rows_in(_CUDNN_BUILD))
 
@@ -416,6 +417,7 @@ def build(raw: dict[str, Any]) -> m.Matrix:
         cuda=rows("cuda", "releases", _CUDA_RELEASE),
         compute_support=rows("cuda", "compute_capabilities", _COMPUTE_SUPPORT),
         minor_compat=rows("cuda", "minor_version_compatibility", _MINOR_COMPAT),
+        forward_compat=rows("cuda", "forward_compatibility", _FORWARD_COMPAT),
         cudnn=rows("cudnn", "releases", _CUDNN_RELEASE),
         frameworks=rows("frameworks", "frameworks", _FRAMEWORK),
         images=rows("images", "releases", _IMAGE_RELEASE),

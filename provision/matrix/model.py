@@ -86,6 +86,7 @@ class Gpu(NamedTuple):
     fp8_tflops: float | None
     tdp_w: float
     form_factor: str
+    segment: str  # data-center | workstation-consumer (NVIDIA's CUDA GPUs page); forward compatibility: data-center
     nvlink_generation: int | None
     nvlink_bandwidth_gbs: float | None
     nvswitch: bool  # NVSwitch baseboard: needs nvidia-fabricmanager
@@ -219,6 +220,14 @@ class MinorCompat(NamedTuple):
 
     cuda_major: int
     min_driver: Version
+    source: str
+
+
+class ForwardCompat(NamedTuple):
+    """A cuda-compat-<major>-<minor> package and the driver branches it runs that CUDA line on."""
+
+    cuda: str  # "12.8"
+    branches: tuple[int, ...]
     source: str
 
 
@@ -437,6 +446,7 @@ class Matrix(NamedTuple):
     exclusions: tuple[Exclusion, ...]
     files: tuple[tuple[str, str], ...] = ()  # (data file, sha256), set by the loader
     subnet_manager: SubnetManager | None = None  # drivers.yaml subnet_manager; None: not catalogued
+    forward_compat: tuple[ForwardCompat, ...] = ()  # cuda.yaml forward_compatibility
 
     # -- lookups ------------------------------------------------------------------------
     def os(self, ident: str) -> OsRelease:
