@@ -645,7 +645,7 @@ def _framework_builds(ctx: Context) -> tuple[tuple[tuple[str, str, str], ...], t
             if ctx.pins.cuda is not None and ".".join(ctx.pins.cuda.split(".")[:2]) != build.cuda:
                 drops.append((name, f"built for CUDA {build.cuda}, not --cuda {ctx.pins.cuda}", "framework-cuda"))
                 continue
-            ok, how = carries_sm(ctx.matrix, build, ctx.cc)
+            ok, how = carries_sm(ctx.matrix, build, ctx.cc, ctx.host)
             if not ok:
                 drops.append((name, how, "framework-sm"))
                 continue
@@ -653,26 +653,28 @@ def _framework_builds(ctx: Context) -> tuple[tuple[tuple[str, str, str], ...], t
     return tuple(drops), tuple(builds)
 
 
-def carries_sm(matrix: m.Matrix, build: m.FrameworkBuild, cc: str) -> tuple[bool, str]:
-    """Whether a framework build runs on compute capability ``cc``, and how."""
+def carries_sm(matrix: m.Matrix, build: m.FrameworkBuild, cc: str, arch: str = m.DEFAULT_ARCH) -> tuple[bool, str]:
+    """Whether a framework build's wheels for host architecture ``arch`` run on compute capability
+    ``cc``, and how (the SM set of that architecture's wheels: FrameworkBuild.sms_for)."""
     sm = "sm_" + cc.replace(".", "")
-    if build.compute_capabilities is None and build.ptx is None:
+    sass, ptx, _ = build.sms_for(arch)
+    if sass is None and ptx is None:
         if matrix.cuda_supports_cc(Version(build.cuda + ".0"), cc) or any(
             matrix.cuda_supports_cc(c.version, cc) for c in matrix.cuda if major_minor(c.version) == build.cuda
         ):
             return True, f"the build's compiled architectures are not published; CUDA {build.cuda} builds for {sm}"
         return False, f"CUDA {build.cuda} cannot build for {sm}"
     gmaj, gmin = (int(x) for x in cc.split("."))
-    for arch in build.compute_capabilities or ():
-        amaj, amin = (int(x) for x in arch.split("."))
+    for target in sass or ():
+        amaj, amin = (int(x) for x in target.split("."))
         if amaj == gmaj and amin <= gmin:
             exact = "" if amin == gmin else f" (sm_{amaj}{amin} code runs on {sm}: same major, binary compatible)"
             return True, f"compiled for sm_{amaj}{amin}{exact}"
-    if build.ptx is not None and Version(build.ptx) <= Version(cc):
-        return True, f"no {sm} code, but PTX for compute_{build.ptx.replace('.', '')} is JIT-compiled on it"
-    archs = ", ".join("sm_" + a.replace(".", "") for a in build.compute_capabilities or ())
-    ptx = f" + PTX {build.ptx}" if build.ptx else ""
-    return False, f"not compiled for {sm} (the build carries {archs}{ptx})"
+    if ptx is not None and Version(ptx) <= Version(cc):
+        return True, f"no {sm} code, but PTX for compute_{ptx.replace('.', '')} is JIT-compiled on it"
+    archs = ", ".join("sm_" + a.replace(".", "") for a in sass or ())
+    extra = f" + PTX {ptx}" if ptx else ""
+    return False, f"not compiled for {sm} (the build carries {archs}{extra})"
 
 
 def _cuda_candidates(ctx: Context, build: m.FrameworkBuild | None) -> Iterator[tuple[m.CudaRelease, m.ImageRelease]]:
@@ -801,7 +803,7 @@ def _try(ctx: Context, cand: Candidate, *, allow_minor: bool) -> Plan | None:
                 "cuda-driver",
             )
             return None
-    cudnn_version, origin = _cudnn_for(build, image)
+    cudnn_version, origin = _cudnn_for(ctx, build, image, cuda.version)
     if ctx.pins.cudnn is not None:
         if cudnn_version is None:
             ctx.drop(
@@ -822,15 +824,16 @@ def _try(ctx: Context, cand: Candidate, *, allow_minor: bool) -> Plan | None:
         # cuDNN is part of the stack when asked for (--cudnn) or when the framework uses it; a
         # plain CUDA plan only reports the image's cuDNN, and leaves it out when unconfirmed.
         required = ctx.pins.cudnn is not None or build is not None
+        said = "framework-range" if origin == "framework" and build.cudnn_spec is not None else origin
         ok, why, min_driver = _kept(
             ctx,
-            ("cudnn-supports", cudnn_version, cuda.version, ctx.cc, origin),
+            ("cudnn-supports", cudnn_version, cuda.version, ctx.cc, said),
             _cudnn_supports,
             ctx.matrix,
             cudnn_version,
             cuda.version,
             ctx.cc,
-            origin,
+            said,
         )
         if ok and min_driver is not None and version < min_driver:
             ok, why = False, f"needs driver >= {min_driver}"
@@ -857,10 +860,47 @@ def _cudnn_supports(matrix: m.Matrix, cudnn: str, cuda: Version, cc: str, origin
     return cudnn_supports(matrix, Version(cudnn), cuda, cc, origin)
 
 
-def _cudnn_for(build: m.FrameworkBuild | None, image: m.ImageRelease) -> tuple[str | None, str]:
+def _cudnn_for(
+    ctx: Context, build: m.FrameworkBuild | None, image: m.ImageRelease, cuda: Version
+) -> tuple[str | None, str]:
+    """The cuDNN of a candidate: the framework wheel's pin; for a wheel that accepts a range
+    (TensorFlow 2.20 [and-cuda]: >=9.3.0.75,<10.0), the newest catalogued cuDNN build inside it
+    that supports the CUDA release and the GPU's SM (cuDNN 9.17 dropped sm_70), which the lock then
+    pins; else the image's."""
     if build is not None and build.libraries == "wheels" and build.cudnn is not None:
+        if build.cudnn_spec is None:
+            return build.cudnn, "framework"
+        major = build.cuda_version.release[0]
+        for version in _kept(ctx, ("cudnn-builds", major), _cudnn_builds, ctx.matrix, major):
+            if build.cudnn_allows(version):
+                ok, _, _ = _kept(
+                    ctx,
+                    ("cudnn-supports", str(version), cuda, ctx.cc, "framework-range"),
+                    _cudnn_supports,
+                    ctx.matrix,
+                    str(version),
+                    cuda,
+                    ctx.cc,
+                    "framework-range",
+                )
+                if ok:
+                    return str(version), "framework"
         return build.cudnn, "framework"
     return image.cudnn_version, "image"
+
+
+def _cudnn_builds(matrix: m.Matrix, cuda_major: int) -> tuple[Version, ...]:
+    """Every full cuDNN build the catalogue names for a CUDA major (the exact pins of framework
+    builds and the cuDNN of nvidia/cuda images of that major: nvidia-cudnn-cuNN wheels), newest first."""
+    named = {
+        b.cudnn
+        for f in matrix.frameworks
+        for r in f.releases
+        for b in r.builds
+        if b.cudnn and b.cudnn_spec is None and b.cuda_version.release[0] == cuda_major
+    }
+    named |= {i.cudnn_version for i in matrix.images if i.cudnn_version and i.cuda.release[0] == cuda_major}
+    return tuple(sorted({Version(v) for v in named if v.count(".") == 3}, reverse=True))
 
 
 def cudnn_supports(
@@ -889,7 +929,10 @@ def cudnn_supports(
         return False, f"no cuDNN {version.release[0]}.x support matrix is catalogued", None
     verdicts = {c.version: any(cc in b.compute_capabilities for b in c.builds) for c in bounds}
     names = " and ".join(str(c.version) for c in bounds)
-    pairing = "the framework build pins it" if origin == "framework" else "NVIDIA's image pairs it"
+    pairing = {
+        "framework": "the framework build pins it",
+        "framework-range": "the framework wheel's cuDNN range admits it",
+    }.get(origin, "NVIDIA's image pairs it")
     if all(verdicts.values()):
         return (
             True,
@@ -1196,9 +1239,12 @@ def _image_part(ctx: Context, cand: Candidate) -> tuple[str, dict[str, str], Rea
 def _cudnn_part(cand: Candidate, cudnn: CudnnChoice) -> tuple[PlanCudnn | None, Reason]:
     cuda = cand.image.cuda  # the image set's number: 12.9.2 for the 12.9.1 toolkit's newest images
     if cudnn.version is not None:
-        where = (
-            "the framework build's pin" if cudnn.origin == "framework" else f"in the nvidia/cuda {cuda} cudnn images"
-        )
+        if cudnn.origin == "image":
+            where = f"in the nvidia/cuda {cuda} cudnn images"
+        elif cand.build is not None and cand.build.cudnn_spec is not None:
+            where = f"the newest catalogued cuDNN inside the framework wheel's range {cand.build.cudnn_spec}"
+        else:
+            where = "the framework build's pin"
         why = Reason("cudnn", f"cuDNN {cudnn.version} ({where}): {cudnn.reason}", None)
         return PlanCudnn(cudnn.version, cudnn.origin), why
     unknown = cudnn.reason or f"the cuDNN build in the nvidia/cuda {cuda} cudnn images is not catalogued"
@@ -1213,11 +1259,13 @@ def _framework_part(ctx: Context, cand: Candidate) -> tuple[PlanFramework, Reaso
     fw = ctx.pins.framework
     requirement = f"{fw.package}{build.requirement_extra}=={fw_release.version}"
     index = build.index_url or "the package index default (pypi.org)"
-    _, how = carries_sm(ctx.matrix, build, ctx.cc)
+    _, how = carries_sm(ctx.matrix, build, ctx.cc, ctx.host)
     pins = f"CUDA runtime {build.cuda_runtime}" if build.cuda_runtime else f"CUDA {build.cuda}"
+    cudnn = f"cuDNN {build.cudnn_spec}" if build.cudnn_spec is not None else f"cuDNN {build.cudnn}"
+    sass, ptx, _ = build.sms_for(ctx.host)
     why = Reason(
         "framework",
-        f"{requirement} from {index}: {build.variant} build ({pins}, cuDNN {build.cudnn}); {how}",
+        f"{requirement} from {index}: {build.variant} build ({pins}, {cudnn}); {how}",
         build.source,
     )
     return PlanFramework(
@@ -1233,8 +1281,8 @@ def _framework_part(ctx: Context, cand: Candidate) -> tuple[PlanFramework, Reaso
         libraries=build.libraries,
         requirement=requirement,
         requires_python=fw_release.python_for(ctx.host),
-        compute_capabilities=tuple(build.compute_capabilities) if build.compute_capabilities else None,
-        ptx=build.ptx,
+        compute_capabilities=tuple(sass) if sass else None,
+        ptx=ptx,
     ), why
 
 
