@@ -37,9 +37,15 @@ _UV_ENV = (
 
 _NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
 _VERSION = r"[0-9][A-Za-z0-9.!+_-]*"
-_HASH = r"--hash=sha256:[0-9a-f]{64}"
-_START = re.compile(rf"^(?P<name>{_NAME})==(?P<version>{_VERSION})(?P<hashes>(?:[ \t]+{_HASH})*)[ \t]*(?P<more>\\)?$")
-_CONTINUATION = re.compile(rf"^[ \t]+(?P<hashes>{_HASH}(?:[ \t]+{_HASH})*)[ \t]*(?P<more>\\)?$")
+_PIN = re.compile(rf"(?P<name>{_NAME})==(?P<version>{_VERSION})")
+_HASH = re.compile(r"--hash=sha256:[0-9a-f]{64}")
+# pip's requirements-file reader, restated (pip/_internal/req/req_file.py: preprocess, join_lines,
+# ignore_comments, break_args_options; pip 20 to 26 read a file this way): `#` starts a comment at
+# the start of a line or after whitespace; a line ending in `\` is joined with the next (a comment
+# line is never continued, and a comment line that follows a continuation ends the joined line);
+# the joined line's tokens are split at spaces, and the first token starting with `-` begins its
+# options.
+_PIP_COMMENT = re.compile(r"(^|\s+)#.*$")
 _URL = re.compile(r"^https?://[A-Za-z0-9.-]{1,253}(:[0-9]{1,5})?(/[A-Za-z0-9._~%-]+)*/?$")
 
 
@@ -147,57 +153,132 @@ def lock_target(fw: PlanFramework, *, python: str, platform: str) -> LockTarget:
 
 
 # -- reading and checking ---------------------------------------------------------------------
+def check_lock_text(text: str, origin: str) -> None:
+    """Refuse what would make pip read other lines than this module checks: any character at which
+    ``str.splitlines()`` (pip's) breaks a line but ``split("\\n")`` does not (``\\r``, ``\\x0b``,
+    ``\\x0c``, ``\\x1c``-``\\x1e``, ``\\x85``, U+2028, U+2029), every other control character but the
+    newline (tab included: pip splits a line's tokens at spaces only), and the bidirectional overrides
+    that hide text in a review. The line is named, its content never shown."""
+    from provision.documents import control_character
+
+    for number, line in enumerate(text.split("\n"), 1):
+        found = control_character(line) or ("U+0009" if "\t" in line else None)
+        if found:
+            raise InputError(
+                f"{origin}: line {number} holds the control character {found}",
+                hint="a lock is plain text with Unix line endings: pip breaks lines at characters a review "
+                "shows inside one line, so what pip installs would not be what was checked",
+            )
+
+
+def _pip_lines(lines: list[str]) -> list[tuple[int, str]]:
+    """pip's logical lines (first physical line number, text) of a file's physical lines, comments
+    removed: join_lines then ignore_comments of pip/_internal/req/req_file.py, step for step."""
+    joined: list[tuple[int, str]] = []
+    pending: list[str] = []
+    first = 0
+    for number, physical in enumerate(lines, 1):
+        if not physical.endswith("\\") or _PIP_COMMENT.match(physical):
+            # pip: a comment line gets a leading space, so it is removed from the joined line below
+            line = " " + physical if _PIP_COMMENT.match(physical) else physical
+            if pending:
+                pending.append(line)
+                joined.append((first, "".join(pending)))
+                pending = []
+            else:
+                joined.append((number, line))
+        else:
+            if not pending:
+                first = number
+            pending.append(physical.strip("\\"))
+    if pending:
+        joined.append((first, "".join(pending)))
+    out = []
+    for number, line in joined:
+        bare = _PIP_COMMENT.sub("", line).strip()
+        if bare:
+            out.append((number, bare))
+    return out
+
+
+def _break_args_options(line: str) -> tuple[str, str]:
+    """pip's break_args_options: the requirement, and the options from the first token starting with `-`."""
+    tokens = line.split(" ")
+    args: list[str] = []
+    for token in tokens:
+        if token.startswith("-"):
+            break
+        args.append(token)
+    return " ".join(args), " ".join(tokens[len(args) :])
+
+
 def parse_lock(text: str, origin: str) -> dict[str, str]:
-    """name -> version of a lock; every line a `name==version --hash=sha256:…` (continued with `\\`
-    onto `--hash` lines) or a comment. Options, URLs, extras, markers and editables are refused."""
+    """name -> version of a lock, read as pip reads it: every logical line (continued with `\\`) is
+    one `name==version` followed by `--hash=sha256:…` options only; comments where pip sees them.
+    Options, URLs, extras, markers, editables and environment variables are refused."""
+    return parse_requirements(text, origin)[0]
+
+
+def parse_requirements(text: str, origin: str, *, index_option: bool = False) -> tuple[dict[str, str], str | None]:
+    """parse_lock's pins, and with `index_option` the one `--index-url URL` line a lock may then hold
+    (a package index URL without credentials; provision ci's gpu-provision.lock names its index so)."""
     from packaging.utils import canonicalize_name
     from packaging.version import InvalidVersion, Version
 
-    pins: dict[str, str] = {}
-    hashed: dict[str, bool] = {}
-    current: str | None = None
-    more = False
+    index: str | None = None
+    check_lock_text(text, origin)
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()  # the newline that ends the last line
-    for number, line in enumerate(lines, 1):
-        m = None
-        if more:
-            m = _CONTINUATION.match(line)
-        elif line.strip() == "" or line.lstrip().startswith("#"):
+    if lines and lines[-1].endswith("\\") and not _PIP_COMMENT.match(lines[-1]):
+        raise InputError(f"{origin}: the last line ends with a continuation `\\`", hint="end it with a hash")
+    pins: dict[str, str] = {}
+    hashed: dict[str, bool] = {}
+    for number, line in _pip_lines(lines):
+        args, options = _break_args_options(line)
+        requirement = args.strip()
+        option_tokens = [t for t in options.split(" ") if t]
+        problem = None
+        if index_option and not requirement and len(option_tokens) == 2 and option_tokens[0] == "--index-url":
+            if index is not None:
+                raise InputError(f"{origin}: line {number}: a second --index-url", hint="name one index")
+            try:
+                index = check_index_url(option_tokens[1], "--index-url")
+            except InputError as exc:  # its message would show the file's text
+                raise InputError(
+                    f"{origin}: line {number}: --index-url is not a package index URL", hint=exc.hint
+                ) from None
             continue
-        else:
-            m = _START.match(line)
-        if m is None:
-            shown = line if len(line) <= 80 else line[:77] + "..."
+        if not requirement:
+            problem = "it sets a pip option"
+        elif not (m := _PIN.fullmatch(requirement)):
+            problem = "its requirement is not name==version"
+        elif not all(_HASH.fullmatch(t) for t in option_tokens):
+            problem = "it has an option other than --hash=sha256:<64 hex digits>"
+        if problem is not None:
             raise InputError(
-                f"{origin}: line {number} is not a `name==version --hash=sha256:…` line: {shown!r}",
+                f"{origin}: line {number} is not a `name==version --hash=sha256:…` line ({problem})",
                 hint="a lock holds only hash-pinned requirements and comments: no options, URLs, -e or "
                 "--index-url (generate one with provision render)",
             )
-        if not more:
-            try:
-                Version(m["version"])
-            except InvalidVersion:
-                raise InputError(
-                    f"{origin}: line {number}: {m['version']!r} is not a version", hint="pin name==VERSION"
-                ) from None
-            current = canonicalize_name(m["name"])
-            if current in pins:
-                raise InputError(f"{origin}: line {number}: {m['name']} is pinned twice", hint="keep one pin")
-            pins[current] = m["version"]
-            hashed[current] = False
-        hashed[current] = hashed[current] or bool(m["hashes"])
-        more = bool(m["more"])
-    if more:
-        raise InputError(f"{origin}: the last line ends with a continuation `\\`", hint="end it with a hash")
+        try:
+            Version(m["version"])
+        except InvalidVersion:
+            raise InputError(
+                f"{origin}: line {number}: the pin's version is not a version", hint="pin name==VERSION"
+            ) from None
+        name = canonicalize_name(m["name"])
+        if name in pins:
+            raise InputError(f"{origin}: line {number}: {name} is pinned twice", hint="keep one pin")
+        pins[name] = m["version"]
+        hashed[name] = bool(option_tokens)
     if unhashed := [n for n, h in hashed.items() if not h]:
         raise InputError(
             f"{origin}: {', '.join(unhashed)} carries no --hash=sha256:", hint="every pin needs its hashes"
         )
     if not pins:
         raise InputError(f"{origin}: no requirements", hint="generate a lock with provision render")
-    return pins
+    return pins, index
 
 
 def _same_release(locked: str, planned: str) -> bool:
@@ -258,21 +339,12 @@ def check_against_plan(pins: dict[str, str], fw: PlanFramework, origin: str) -> 
 
 
 def read_lock_file(path: str, fw: PlanFramework) -> Lock:
-    """A committed lock, reused byte for byte once it passes both checks."""
+    """A committed lock, reused byte for byte once it passes both checks (read as untrusted: not
+    through a symbolic link, bounded, UTF-8; its content is never shown in an error)."""
+    from provision.documents import read_text
+
     origin = f"--lock-file {path}"
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_LOCK_BYTES + 1)
-    except OSError as exc:
-        raise InputError(f"cannot read {origin}: {exc.strerror}", hint="give the path of a requirements.lock") from None
-    if len(data) > MAX_LOCK_BYTES:
-        raise InputError(f"{origin} is larger than {MAX_LOCK_BYTES} bytes", hint="give a requirements.lock")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InputError(f"{origin} is not UTF-8 text", hint="give a requirements.lock") from None
-    if "\r" in text or "\0" in text:
-        raise InputError(f"{origin} holds carriage returns or NUL bytes", hint="use Unix line endings")
+    text = read_text(path, "--lock-file", max_bytes=MAX_LOCK_BYTES)
     pins = parse_lock(text, origin)
     check_against_plan(pins, fw, origin)
     return Lock(text, pins, None)

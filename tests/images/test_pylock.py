@@ -261,7 +261,7 @@ def test_a_committed_lock_is_reused_byte_for_byte(cli, on_fixture_catalogue, tor
         ),
         "url": (lambda t: t + "evil @ https://evil.example/evil-1.0.whl\n", "is not a `name==version"),
         "unhashed": (lambda t: t + "six==1.16.0\n", "six carries no --hash=sha256:"),
-        "crlf": (lambda t: t.replace("\n", "\r\n"), "carriage returns"),
+        "crlf": (lambda t: t.replace("\n", "\r\n"), "line 1 holds the control character U+000D"),
     }
     for name, (change, text) in cases.items():
         bad = tmp_path / f"{name}.lock"
@@ -291,11 +291,10 @@ def test_a_committed_lock_is_reused_byte_for_byte(cli, on_fixture_catalogue, tor
         (f"torch==2.5.1 --hash=md5:{'a' * 32}\n", "line 1 is not"),
         ("torch==2.5.1\n", "torch carries no --hash"),
         (f"torch==2.5.1 {HASH} \\\n", "ends with a continuation"),
-        (f"torch==2.5.1 \\\n\n    {HASH}\n", "line 2 is not"),
+        (f"torch==2.5.1 \\\n\n    {HASH}\n", "line 3 is not"),
         (f"torch==2.5.1 {HASH}\nTorch==2.5.1 {HASH}\n", "pinned twice"),
         (f"torch==1..2 {HASH}\n", "is not a version"),
         ("# only a comment\n", "no requirements"),
-        (f"torch==2.5.1 {HASH} # via nothing\n", "line 1 is not"),
         (f"${{HOME}}==1 {HASH}\n", "line 1 is not"),
     ],
 )
