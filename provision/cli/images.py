@@ -23,6 +23,28 @@ def lock_options(func):
     )(func)
 
 
+def registry_option(func):
+    """--registry for commands that read a base-digest file: the mirror it was pinned through."""
+    return click.option(
+        "--registry",
+        metavar="HOST[:PORT][/PATH]",
+        help="The mirror of nvidia/cuda the --base-digests file was pinned through (pin-base --registry); "
+        "without it only Docker Hub refs are accepted.",
+    )(func)
+
+
+def read_base_digests(path: str | None, registry: str | None):
+    """The base-digest file, or None; --registry without it is refused, a malformed one before any work."""
+    from provision.errors import InputError
+    from provision.images import pin
+
+    if registry is not None:
+        if path is None:
+            raise InputError("--registry applies to --base-digests", hint="give the base-digest file it was pinned for")
+        pin.source_ref(f"{pin.REPOSITORY}:x", registry)
+    return pin.read_pins(path, registry) if path is not None else None
+
+
 @click.command("render")
 @plan_source
 @click.option("--variant", help="base, pytorch, tensorflow or devel (default: the plan's framework, else base).")
@@ -105,6 +127,7 @@ def render_cmd(
     type=click.Path(dir_okay=False),
     help="FROM the plan's nvidia/cuda tag at the digest pinned in FILE (provision pin-base); pulled by digest.",
 )
+@registry_option
 @lock_options
 @click.option("--cache-from", metavar="REF", multiple=True, help="Images to use as a build cache.")
 @click.option("--no-cache", is_flag=True, help="Do not use the build cache.")
@@ -127,6 +150,7 @@ def build_cmd(
     platform,
     base_image,
     base_digests,
+    registry,
     lock_file,
     index_url,
     cache_from,
@@ -164,11 +188,12 @@ def build_cmd(
     if base_image and base_digests:
         raise InputError("give either --base-image or --base-digests, not both", hint="see provision build --help")
 
+    pins = read_base_digests(base_digests, registry)
     plan = load_plan(ctx, **plan_args)
     variant = default_variant(plan, variant)
     plan_tag = pin.base_tag(plan, variant, templates)
-    if base_digests:
-        base_image = pin.pinned_ref(pin.read_pins(base_digests), plan_tag, base_digests)
+    if pins is not None:
+        base_image = pin.pinned_ref(pins, plan_tag, base_digests)
     from provision.images.pylock import PackageIndex
 
     rendered = render_image(
@@ -262,8 +287,8 @@ def pin_base_cmd(ctx, *, plan_args, variants, templates, registry, out):
         pin.source_ref("nvidia/cuda:x", registry)  # refuse a malformed --registry before any work
     plan = load_plan(ctx, **plan_args)
     tags = [pin.base_tag(plan, v, templates) for v in variants] if variants else list(plan.images.values())
-    if os.path.exists(out):
-        pin.read_pins(out)  # an unreadable file is refused before the registry is asked
+    if os.path.lexists(out):
+        pin.read_pins(out, registry, flag="--out")  # an unreadable file is refused before the registry is asked
     api = client()  # exit 4 when no engine answers
     tags = list(dict.fromkeys(tags))
     # one warning: every tag of a plan is of the plan's CUDA release
@@ -272,7 +297,7 @@ def pin_base_cmd(ctx, *, plan_args, variants, templates, registry, out):
     if warning:
         click.echo(f"warning: {warning}", err=True)
     pins = pin.resolve_all(api, tags, registry=registry)
-    pin.write_pins(out, pins)
+    pin.write_pins(out, pins, registry=registry)
     for p in pins:
         click.echo(f"{p.tag}  {p.digest}")
     click.echo(f"base digests: {out}", err=True)

@@ -4,7 +4,6 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 from collections.abc import Callable
 from functools import cache
 from typing import Any, NamedTuple
@@ -206,11 +205,13 @@ def _familiar(repo: str) -> str:
 
 def requirements_digest(context: str) -> dict[str, str] | None:
     """sha256 of the context's requirements (requirements.lock when the render wrote one)."""
+    from provision.documents import read_bytes
+
     for name in REQUIREMENTS_FILES:
         path = os.path.join(context, name)
-        if os.path.isfile(path):
-            with open(path, "rb") as handle:
-                return {"file": name, "digest": "sha256:" + hashlib.sha256(handle.read()).hexdigest()}
+        if os.path.lexists(path):  # read as untrusted: a symbolic link is refused, not followed
+            data = read_bytes(path, "the build context's requirements", max_bytes=64 * 1024 * 1024)
+            return {"file": name, "digest": "sha256:" + hashlib.sha256(data).hexdigest()}
     return None
 
 
@@ -273,13 +274,11 @@ def write_image_lock(path: str, **fields: Any) -> dict[str, Any]:
 
 
 def write_json(path: str, doc: Any, *, what: str, hint: str) -> None:
-    """A JSON document written whole or not at all (staged beside it, then renamed)."""
-    fd, staging = tempfile.mkstemp(prefix=".provision-", suffix=".json", dir=os.path.dirname(os.path.abspath(path)))
+    """A JSON document written whole or not at all: a finished file renamed over the path, so a
+    symbolic link planted there is replaced, never followed (provision.documents.write_text)."""
+    from provision.documents import write_text
+
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(doc, handle, indent=2)
-            handle.write("\n")
-        os.replace(staging, path)
+        write_text(path, json.dumps(doc, indent=2) + "\n")
     except OSError as exc:
-        os.unlink(staging)
-        raise InputError(f"cannot write {what} {path}: {exc.strerror}", hint=hint) from None
+        raise InputError(f"cannot write {what} {path}: {exc.strerror or exc}", hint=hint) from None

@@ -150,6 +150,11 @@ def resolve_all(api, tags: list[str], *, registry: str | None = None) -> list[Ba
 
 
 # -- the base-digest file ------------------------------------------------------------------------
+REPOSITORY = "nvidia/cuda"  # the only repository a base-digest file pins (under a mirror, if named)
+MAX_PINS_BYTES = 4 * 1024 * 1024
+_HINT = "write it with provision pin-base (it is untrusted input, checked on every read)"
+
+
 @cache
 def _validator():
     import jsonschema
@@ -158,25 +163,47 @@ def _validator():
         return jsonschema.Draft202012Validator(json.load(handle))
 
 
-def check_pins(doc: Any, origin: str) -> dict[str, BasePin]:
-    """A base-digest document held to its schema, and each ref to its key: the ref names the key's
-    repository and tag (under a mirror, if any) and ends with the recorded digest."""
+def check_pins(doc: Any, origin: str, registry: str | None = None) -> dict[str, BasePin]:
+    """A base-digest document held to its schema (control characters refused first), and each
+    entry to its key: the key is an nvidia/cuda tag, and the ref is that tag at the recorded digest,
+    from Docker Hub or from the mirror `registry` (the one the user named with --registry; no other
+    prefix is accepted: the ref is where the build pulls its base from)."""
     import jsonschema
 
+    from provision.documents import control_character
+
+    stack = [doc]
+    while stack:  # a string the schema's patterns would take with a newline at its end (Python's `$`)
+        node = stack.pop()
+        if isinstance(node, dict):
+            stack.extend(node)
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, str) and (found := control_character(node)):
+            raise InputError(f"{origin}: a string holds the control character {found}", hint=_HINT)
     error = jsonschema.exceptions.best_match(_validator().iter_errors(doc))
     if error is not None:
-        field = ".".join(str(p) for p in error.absolute_path) or "the document"
-        raise InputError(
-            f"{origin}: {field}: {error.message[:200]}",
-            hint="write it with provision pin-base (it is untrusted input, checked on every read)",
-        )
+        # the schema's own message quotes the offending value: the file's content is not echoed
+        field = (".".join(str(p) for p in error.absolute_path) or "the document")[:200]
+        rule = error.message if error.validator == "required" else f"its {error.validator!s} rule"
+        raise InputError(f"{origin}: {field}: does not match the base-digest schema ({rule})", hint=_HINT)
+    where = registry.rstrip("/") if registry else None
     pins = {}
     for tag, entry in doc["images"].items():
-        named, _, digest = entry["ref"].partition("@")
-        if digest != entry["digest"] or not (named == tag or named.endswith("/" + tag)):
+        if not tag.startswith(REPOSITORY + ":"):
             raise InputError(
-                f"{origin}: images.{tag}: ref {entry['ref']!r} is not {tag} at digest {entry['digest']}",
-                hint="write it with provision pin-base (it is untrusted input, checked on every read)",
+                f"{origin}: images: a key is not an {REPOSITORY} tag",
+                hint=f"a base-digest file pins {REPOSITORY}:<tag> bases only; {_HINT}",
+            )
+        expected = f"{source_ref(tag, where)}@{entry['digest']}"
+        if entry["ref"] != expected:
+            source = f"the mirror {where}" if where else f"Docker Hub ({REPOSITORY})"
+            raise InputError(
+                f"{origin}: images.{tag}: ref is not {tag} from {source} at the recorded digest",
+                hint="pass the --registry the file was pinned through"
+                if where is None and entry["ref"].endswith("/" + tag + "@" + entry["digest"])
+                else _HINT,
             )
         pins[tag] = BasePin(
             tag, entry["ref"], entry["digest"], entry["media_type"], tuple(entry["platforms"]), entry["resolved_at"]
@@ -184,27 +211,27 @@ def check_pins(doc: Any, origin: str) -> dict[str, BasePin]:
     return pins
 
 
-def read_pins(path: str) -> dict[str, BasePin]:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            doc = json.load(handle)
-    except FileNotFoundError:
-        raise InputError(
-            f"--base-digests {path}: no such file", hint="write it with provision pin-base --plan PLAN --out FILE"
-        ) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(
-            f"--base-digests {path} is not a JSON base-digest file ({exc})", hint="write it with provision pin-base"
-        ) from None
-    return check_pins(doc, path)
+def read_pins(path: str, registry: str | None = None, *, flag: str = "--base-digests") -> dict[str, BasePin]:
+    """A base-digest file, read as untrusted (provision.documents: no symbolic link, bounded, no
+    duplicate keys; its content never shown in an error) and checked by check_pins."""
+    from provision.documents import load_json, read_text
+
+    if not os.path.lexists(path):
+        raise InputError(f"{flag} {path}: no such file", hint="write it with provision pin-base --plan PLAN --out FILE")
+    text = read_text(path, flag, max_bytes=MAX_PINS_BYTES)
+    return check_pins(load_json(text, f"{flag} {path}"), f"{flag} {path}", registry)
 
 
-def write_pins(path: str, pins: list[BasePin], *, merge: bool = True) -> dict[str, BasePin]:
-    """Write (or update) the base-digest file atomically; tags pinned before keep their entries."""
-    current = read_pins(path) if merge and os.path.exists(path) else {}
+def write_pins(
+    path: str, pins: list[BasePin], *, merge: bool = True, registry: str | None = None
+) -> dict[str, BasePin]:
+    """Write (or update) the base-digest file: a finished file renamed over the path (a symbolic link
+    there is replaced, never followed); tags pinned before keep their entries (the file is then
+    read as --base-digests is: one pinned through another mirror is refused)."""
+    current = read_pins(path, registry, flag="--out") if merge and os.path.lexists(path) else {}
     current.update({p.tag: p for p in pins})
     doc = {"schema": SCHEMA_VERSION, "images": {t: current[t].to_dict() for t in sorted(current)}}
-    check_pins(doc, "base-digest file")  # what we write is what we accept
+    check_pins(doc, "base-digest file", registry)  # what we write is what we accept
     from provision.images.build import write_json
 
     write_json(path, doc, what="the base-digest file", hint="choose a writable --out")

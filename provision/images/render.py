@@ -30,17 +30,17 @@ class RenderedImage(NamedTuple):
 
 def _yaml(path: str) -> Any:
     """A YAML file of ours (images/) or of a user's template directory: parsed once per content
-    stamp (rendering many images reads the same two files for each), a fresh copy for each caller."""
-    stat = os.stat(path)
+    stamp (rendering many images reads the same two files for each), a fresh copy for each caller.
+    Read as untrusted (provision.documents): no symbolic link, bounded, no aliases or duplicate keys."""
+    stat = os.lstat(path)
     return copy.deepcopy(_parsed_yaml(path, stat.st_mtime_ns, stat.st_size))
 
 
 @functools.lru_cache(maxsize=16)
 def _parsed_yaml(path: str, mtime_ns: int, size: int) -> Any:
-    import yaml
+    from provision.documents import load_yaml, read_text
 
-    with open(path, encoding="utf-8") as handle:
-        return yaml.safe_load(handle)
+    return load_yaml(read_text(path, "template data"), path)
 
 
 def variants(templates: str | None = None) -> dict[str, dict[str, Any]]:
@@ -278,7 +278,8 @@ def write_context(rendered: RenderedImage, plan: Plan, out: str) -> str:
     import json
 
     out = os.path.abspath(out)
-    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+    link = os.path.islink(out)  # a symbolic link planted at --out is replaced, never written through
+    if not link and os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
         raise InputError(f"--out {out!r} exists and is not an empty directory", hint="choose a new or empty directory")
     parent = os.path.dirname(out)
     try:
@@ -288,9 +289,13 @@ def write_context(rendered: RenderedImage, plan: Plan, out: str) -> str:
         raise InputError(f"cannot write to {parent!r}: {exc.strerror}", hint="choose a writable --out") from None
     try:
         for name, content in {**rendered.files, "plan.lock.json": json.dumps(plan.to_dict(), indent=2) + "\n"}.items():
-            with open(os.path.join(staging, name), "w", encoding="utf-8") as handle:
+            # a new file in the fresh staging directory (O_EXCL: never an existing file or link)
+            fd = os.open(os.path.join(staging, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
                 handle.write(content)
-        if os.path.isdir(out):
+        if link:
+            os.unlink(out)
+        elif os.path.isdir(out):
             os.rmdir(out)
         os.rename(staging, out)
     except OSError as exc:

