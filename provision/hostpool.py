@@ -8,10 +8,16 @@ it; what it printed before then is kept (the workers print one JSON line per fin
 a host stopped at its deadline still reports what it did).
 
 What a host costs is kept small, so that hosts side by side cost little more than one: a worker
-is given the inventory variables the CLI has read (`seed_ansible_inventory`: no ansible-inventory
-run per host), a host's commands share one SSH connection (`SharedSsh`, `share_connection`), and
-a job that is one remote command runs as the ssh client itself (`ssh_argv`), with no Python
-worker in between.
+is given the host's Connection, read from the inventory variables the CLI has read (no
+ansible-inventory run per host), a host's commands share one SSH connection (`SharedSsh`,
+`share_connection`), and a job that is one remote command runs as the ssh client itself
+(`ssh_argv`), with no Python worker in between.
+
+How a host is reached is data checked before use (`inventory_connection`, `url_connection`):
+host names and addresses are host names or IP addresses, ssh arguments are ssh options that run
+nothing on this machine, and testinfra's backends are built from those parts with explicit
+arguments (`build_host`), never from a URL; every local command they start is an argument vector
+(no shell), and each command's output is read up to OUTPUT_LIMIT bytes.
 
 This is the local half of a host's deadline. The remote half is `remote_command`: the command
 runs on the host under coreutils ``timeout --kill-after``, which signals the whole remote
@@ -21,12 +27,17 @@ the bus does).
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import os
+import re
 import shlex
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from provision.errors import InputError
 
 if TYPE_CHECKING:
     import subprocess
@@ -116,6 +127,8 @@ def remote_command(command: str, seconds: int, *, have_timeout: bool = True) -> 
 def connection_error(exc: BaseException) -> str:
     """Why a host could not be reached, in one line. testinfra raises RuntimeError(CommandResult)
     when ssh exits 255 (its repr is no message): ssh's own stderr says why."""
+    if isinstance(exc, InputError):  # the host's connection variables were refused (inventory_connection)
+        return exc.message
     result = exc.args[0] if exc.args else None
     stderr = getattr(result, "stderr", None)
     if isinstance(stderr, str) and stderr.strip():
@@ -124,6 +137,589 @@ def connection_error(exc: BaseException) -> str:
         return f"the connection failed (exit {result.rc})"
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+# -- how a host is reached: explicit fields, never a URL or a command line ------------------------------
+#
+# testinfra builds a host from a URL (`ansible://NAME`, `ssh://USER@HOST:PORT?option=value`) and
+# runs ssh through a shell with the inventory's ssh arguments pasted in: a host named
+# `gpu2?ssh_config=FILE` became URL options (FILE's ProxyCommand then ran here), and a `;` in
+# ansible_ssh_extra_args ran a local command. So the product reads an inventory host's connection
+# variables itself, checks each (`inventory_connection`), keeps them in a Connection, and builds
+# testinfra's backend objects from it with explicit arguments (`build_host`); every local command
+# they start is an argument vector (no shell), and what a command prints is read up to a limit.
+
+OUTPUT_LIMIT = 1024 * 1024  # bytes of one command's stdout (and of its stderr) read from a host
+
+# RFC 1123 labels (underscores too: inventories use them), dot-separated; never a leading dash
+_LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+_HOST_NAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*\.?")
+_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}\$?")
+# what a shell would act on; a template brace, which Ansible would evaluate and we do not
+SHELL_METACHARACTERS = frozenset(";&|`$<>(){}\\\n\r")
+# ssh options whose value runs a program, or loads one, on this machine (ssh_config(5)), and the
+# flags that do the same or bring a config file that can (-F)
+COMMAND_OPTIONS = frozenset(
+    {
+        "proxycommand",
+        "localcommand",
+        "permitlocalcommand",
+        "knownhostscommand",
+        "match",
+        "include",
+        "pkcs11provider",
+        "securitykeyprovider",
+        "xauthlocation",
+    }
+)
+_REFUSED_FLAGS = {"F": "a config file (it can hold ProxyCommand)", "I": "a PKCS#11 library loaded into ssh"}
+_SSH_WITH_VALUE = frozenset("BbcDEeFIiJLlmOoPpQRSWw")  # ssh(1)'s options that take an argument
+_SSH_FLAGS = frozenset("46AaCfGgKkMNnqsTtVvXxYy")
+SSH_HINT = (
+    "connection variables hold ssh options only (-o Name=value, as Ansible splits them); nothing in them may "
+    "run a program here: reach a host behind a bastion with -o ProxyJump=bastion (or -J bastion)"
+)
+
+
+class Connection(NamedTuple):
+    """How to reach one host, each part checked (`inventory_connection`, `url_connection`)."""
+
+    kind: str  # local | ssh | safe-ssh | docker | podman | ansible (Ansible itself runs each command)
+    host: str = ""  # host name, IP address or container name
+    user: str | None = None
+    port: int | None = None
+    password: str | None = None  # ssh: handed to sshpass in its environment, never on a command line
+    identity_file: str | None = None
+    ssh_args: tuple[str, ...] = ()  # extra ssh options, one argument each
+    become: bool = False
+    become_user: str | None = None
+    control_path: str | None = None  # ansible.cfg's [ssh_connection] control_path
+    inventory: str | None = None  # kind "ansible": the inventory Ansible reads the host from
+
+    @property
+    def label(self) -> str:
+        """The host as reports name it: user@host:port."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.user + '@' if self.user else ''}{host}{':' + str(self.port) if self.port else ''}"
+
+
+def _shown(value: object, width: int = 72) -> str:
+    """``value`` quoted for an error line (control characters escaped), at most ``width`` long."""
+    text = str(value)
+    return repr(text if len(text) <= width else text[: width - 1] + "…")
+
+
+def host_name_problem(value: object) -> str | None:
+    """Why ``value`` is not a host name or IP address (None when it is one)."""
+    if not isinstance(value, str):
+        return f"is a {type(value).__name__}, not a host name"
+    if not value:
+        return "is empty"
+    try:
+        ipaddress.ip_address(value)
+        return None
+    except ValueError:
+        pass
+    if len(value) > 253 or not _HOST_NAME.fullmatch(value):
+        bad = next((c for c in value if not (c.isascii() and (c.isalnum() or c in "._-"))), None)
+        why = f"holds {bad!r}" if bad is not None else "is not a host name"
+        return f"{why} (a host name, IPv4 or IPv6 address: letters, digits, '.', '-', '_', no leading '-')"
+    return None
+
+
+def check_host_name(value: object, what: str) -> str:
+    """``value`` if it is a host name or IP address; otherwise InputError naming ``what``."""
+    problem = host_name_problem(value)
+    if problem:
+        raise InputError(
+            f"{what} {problem}",
+            hint="name hosts by host name or address; anything else would be read as options by ssh or testinfra",
+        )
+    return str(value)
+
+
+def ssh_option_problem(value: str) -> str | None:
+    """Why a string of ssh arguments (an inventory's ansible_ssh_common_args, …) could run a
+    program here or is not made of ssh options; None when it is safe to hand to ssh as argv."""
+    bad = next((c for c in value if c in SHELL_METACHARACTERS or (ord(c) < 32 and c != "\t") or ord(c) == 127), None)
+    if bad is not None:
+        return f"holds {bad!r} (a shell metacharacter or control character)"
+    try:
+        words = shlex.split(value)
+    except ValueError as exc:
+        return f"does not split into arguments ({exc})"
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if not word.startswith("-") or word in ("-", "--"):
+            return f"holds {word!r}, which is not an ssh option"
+        j = 1
+        while j < len(word):
+            flag = word[j]
+            if flag in _SSH_WITH_VALUE:
+                arg = word[j + 1 :]
+                if not arg:
+                    i += 1
+                    if i >= len(words):
+                        return f"ends with -{flag} and no value"
+                    arg = words[i]
+                if flag in _REFUSED_FLAGS:
+                    return f"sets -{flag}: {_REFUSED_FLAGS[flag]}"
+                if flag == "o":
+                    keyword = _ssh_keyword(arg)
+                    if keyword.lower() in COMMAND_OPTIONS:
+                        return f"sets {keyword}, which runs a program on this machine"
+                break
+            if flag not in _SSH_FLAGS:
+                return f"holds -{flag}, which is not an ssh option"
+            j += 1
+        i += 1
+    return None
+
+
+def _ssh_keyword(option: str) -> str:
+    """The keyword of an ``-o`` option as ssh reads it: before the first blank or '=', or
+    between double quotes (ssh_config(5) lets a keyword be quoted)."""
+    text = option.strip()
+    if text.startswith('"'):
+        return text[1:].split('"', 1)[0]
+    return re.split(r"[\s=]", text, maxsplit=1)[0].replace('"', "")
+
+
+def ssh_arguments(value: object, what: str) -> tuple[str, ...]:
+    """``value`` split into ssh arguments as Ansible splits it (shlex), or InputError naming ``what``."""
+    if value is None or value == "":
+        return ()
+    if not isinstance(value, str):
+        raise InputError(f"{what} is a {type(value).__name__}, not a string of ssh options", hint=SSH_HINT)
+    problem = ssh_option_problem(value)
+    if problem:
+        raise InputError(f"{what} {problem}", hint=SSH_HINT)
+    return tuple(word.strip() for word in shlex.split(value) if word.strip())
+
+
+# Ansible's variable names for each connection setting (the first one set wins), its environment
+# variable and its ansible.cfg entry, as Ansible's ssh connection reads them
+_SETTINGS = {
+    "host": (("ansible_host", "ansible_ssh_host"), None, None),
+    "port": (("ansible_port", "ansible_ssh_port"), "ANSIBLE_REMOTE_PORT", ("defaults", "remote_port")),
+    "user": (("ansible_user", "ansible_ssh_user"), "ANSIBLE_REMOTE_USER", ("defaults", "remote_user")),
+    "password": (("ansible_password", "ansible_ssh_pass", "ansible_ssh_password"), None, None),
+    "key": (("ansible_ssh_private_key_file", "ansible_private_key_file"), "ANSIBLE_PRIVATE_KEY_FILE", None),
+    "ssh_args": (("ansible_ssh_args",), "ANSIBLE_SSH_ARGS", ("ssh_connection", "ssh_args")),
+    "common": (("ansible_ssh_common_args",), "ANSIBLE_SSH_COMMON_ARGS", ("ssh_connection", "ssh_common_args")),
+    "extra": (("ansible_ssh_extra_args",), "ANSIBLE_SSH_EXTRA_ARGS", ("ssh_connection", "ssh_extra_args")),
+    "become": (("ansible_become",), "ANSIBLE_BECOME", ("privilege_escalation", "become")),
+    "become_user": (("ansible_become_user",), "ANSIBLE_BECOME_USER", ("privilege_escalation", "become_user")),
+    "connection": (("ansible_connection",), None, None),
+}
+_KINDS = {
+    "ssh": "ssh",
+    "smart": "ssh",
+    "ansible.builtin.ssh": "ssh",
+    "local": "local",
+    "ansible.builtin.local": "local",
+    "docker": "docker",
+    "community.docker.docker": "docker",
+    "podman": "podman",
+    "containers.podman.podman": "podman",
+}
+
+
+def ansible_config():
+    """The ansible.cfg Ansible would read (ANSIBLE_CONFIG, ./ansible.cfg, ~/.ansible.cfg,
+    /etc/ansible/ansible.cfg), values uninterpolated; its path (None: none found)."""
+    import configparser
+
+    config = configparser.ConfigParser(interpolation=None)
+    path = os.environ.get("ANSIBLE_CONFIG") or next(
+        (
+            p
+            for p in ("ansible.cfg", os.path.expanduser("~/.ansible.cfg"), "/etc/ansible/ansible.cfg")
+            if os.path.exists(p)
+        ),
+        None,
+    )
+    if path:
+        try:
+            config.read(path, encoding="utf-8")
+        except (configparser.Error, OSError, UnicodeDecodeError) as exc:
+            raise InputError(f"{path}: cannot be read ({type(exc).__name__})", hint="fix or remove it") from None
+    return config, path
+
+
+def _user(value: Any, where: str, hint: str) -> str | None:
+    if value is not None and (not isinstance(value, str) or not _USER.fullmatch(value)):
+        raise InputError(f"{where} is not a user name (letters, digits, '.', '_', '-', '@'; no leading '-')", hint=hint)
+    return value
+
+
+def _port(value: Any, where: str) -> int | None:
+    if value is None:
+        return None
+    text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    if not isinstance(text, str) or not re.fullmatch(r"[0-9]{1,5}", text) or not 0 < int(text) < 65536:
+        raise InputError(f"{where} is not a port number (1-65535)", hint="ansible_port: 22")
+    return int(text)
+
+
+def _path(value: Any, where: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise InputError(f"{where} is not a file path", hint="ansible_ssh_private_key_file: ~/.ssh/id_ed25519")
+    return os.path.expanduser(value)
+
+
+def _control_path(config) -> str | None:
+    """ansible.cfg's control_path with its %(directory)s, where that directory exists (as testinfra reads it)."""
+    if not config.has_option("ssh_connection", "control_path"):
+        return None
+    directory = os.path.normpath(
+        os.path.expanduser(config.get("persistent_connection", "control_path_dir", fallback="~/.ansible/cp"))
+    )
+    if not os.path.isdir(directory):
+        return None
+    return config.get("ssh_connection", "control_path").replace("%(directory)s", directory).replace("%%", "%")
+
+
+def inventory_connection(
+    name: str,
+    hostvars: dict[str, Any],
+    *,
+    inventory: str | None = None,
+    config=None,
+    environ: dict[str, str] | None = None,
+) -> Connection:
+    """How to reach inventory host ``name``, from its variables as ansible-inventory printed
+    them (then the environment and ansible.cfg, as Ansible's ssh connection reads them), checked:
+    the host's name and address are host names or IP addresses, the user a user name, the port a
+    port, the ssh arguments ssh options that run nothing here. Anything else is an InputError
+    naming the host and the variable."""
+    label = check_host_name(name, f"inventory host name {_shown(name)}")
+    env = os.environ if environ is None else environ
+    config_path = "ansible.cfg"
+    if config is None:
+        config, config_path = ansible_config()
+
+    def setting(key: str) -> tuple[Any, str]:
+        names, var, ini = _SETTINGS[key]
+        for n in names:
+            if hostvars.get(n) is not None:
+                return hostvars[n], f"host {label!r}: {n}"
+        if var and var in env:
+            return env[var], f"host {label!r}: {var} (environment)"
+        if ini and config.has_option(*ini):
+            return config.get(*ini), f"host {label!r}: {config_path} [{ini[0]}] {ini[1]}"
+        return None, f"host {label!r}: {names[0] if names else key}"
+
+    raw_kind, where = setting("connection")
+    if raw_kind is not None and (not isinstance(raw_kind, str) or not re.fullmatch(r"[A-Za-z0-9_.]+", raw_kind)):
+        raise InputError(f"{where} is not a connection plugin name", hint="ansible_connection: ssh")
+    kind = _KINDS.get(raw_kind or "ssh", "ansible")
+    address, where = setting("host")
+    address = label if address is None else check_host_name(address, where)
+    become, where = setting("become")
+    become = become is not None and ansible_boolean(become, where)
+    become_user = _user(*setting("become_user"), "ansible_become_user: root")
+    if kind == "ansible":  # a connection testinfra has no backend for: Ansible runs the commands
+        return Connection("ansible", label, inventory=inventory, become=become)
+    user = _user(*setting("user"), "ansible_user: root")
+    if kind == "local":
+        return Connection("local", become=become, become_user=become_user)
+    if kind != "ssh":
+        return Connection(kind, address, user=user, become=become, become_user=become_user)
+    password, where = setting("password")
+    if password is not None and (not isinstance(password, str) or "\x00" in password):
+        raise InputError(f"{where} is not a string", hint="quote it")
+    ssh_args: list[str] = []
+    for part in ("ssh_args", "common", "extra"):
+        ssh_args += ssh_arguments(*setting(part))
+    return Connection(
+        "ssh",
+        address,
+        user=user,
+        port=_port(*setting("port")),
+        password=password,
+        identity_file=_path(*setting("key")),
+        ssh_args=tuple(ssh_args),
+        become=become,
+        become_user=become_user,
+        control_path=_control_path(config),
+    )
+
+
+def inventory_hostvars(inventory: str, name: str) -> dict[str, Any]:
+    """Host ``name``'s variables as ``ansible-inventory --list`` prints them (its argument list
+    quoted by testinfra), for a worker the CLI handed none."""
+    from testinfra.utils.ansible_runner import AnsibleRunner
+
+    hostvars = AnsibleRunner.get_runner(inventory).inventory.get("_meta", {}).get("hostvars", {})
+    return dict(hostvars.get(name) or {})
+
+
+URL_KINDS = ("ssh", "safe-ssh", "docker", "podman", "local")
+
+
+def url_connection(url: str) -> Connection:
+    """The Connection a ``--host`` URL names: [ssh|safe-ssh|docker|podman|local]://[user@]host[:port].
+    Its parts are checked as an inventory's are; query options (testinfra reads ssh_config,
+    ansible_inventory and more from them), a path or a fragment are refused."""
+    import urllib.parse
+
+    hint = "--host ssh://[user@]host[:port] (--sudo and --ssh-identity-file are options of their own)"
+    if any(ord(c) < 33 or ord(c) == 127 for c in url):
+        raise InputError(f"--host {url!r} holds a space or control character", hint=hint)
+    if "://" not in url:
+        url = "ssh://" + url
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in URL_KINDS:
+        raise InputError(f"--host {url!r}: unknown connection {parts.scheme!r}", hint=f"one of {', '.join(URL_KINDS)}")
+    if parts.query or parts.fragment or "?" in url or "#" in url:
+        raise InputError(f"--host {url!r}: testinfra URL options are not accepted", hint=hint)
+    if parts.path not in ("", "/"):
+        raise InputError(f"--host {url!r}: a host URL has no path", hint=hint)
+    if parts.scheme == "local":
+        if parts.netloc:
+            raise InputError(f"--host {url!r}: local:// names no host", hint="--local, or --host local://")
+        return Connection("local")
+    try:
+        port = parts.port
+    except ValueError:
+        raise InputError(f"--host {url!r}: the port is not a number from 1 to 65535", hint=hint) from None
+    if not parts.hostname:
+        raise InputError(f"--host {url!r} names no host", hint=hint)
+    host = check_host_name(parts.hostname, f"--host {url!r}: the host")
+    user, password = parts.username, parts.password
+    if user is not None:
+        _user(urllib.parse.unquote(user), f"--host {url!r}: the user", hint)
+    if port == 0:
+        raise InputError(f"--host {url!r}: the port is not a number from 1 to 65535", hint=hint)
+    return Connection(
+        parts.scheme,
+        host,
+        user=urllib.parse.unquote(user) if user else None,
+        port=port,
+        password=urllib.parse.unquote(password) if password else None,
+    )
+
+
+def ansible_boolean(value: object, what: str) -> bool:
+    """``value`` read as Ansible reads a boolean (a role argument of type bool, `| bool`):
+    ansible.module_utils' convert_bool; what Ansible refuses (2, "maybe", a list) is an
+    InputError naming ``what``."""
+    from ansible.module_utils.common.validation import check_type_bool
+
+    try:
+        return bool(check_type_bool(value))
+    except TypeError:
+        raise InputError(
+            f"{what} is {_shown(value, 40) if isinstance(value, str) else repr(value)[:40]}, "
+            "which Ansible does not read as a boolean",
+            hint="write true or false (Ansible also reads yes/no, on/off, 1/0)",
+        ) from None
+
+
+# -- testinfra backends built from a Connection -------------------------------------------------------
+
+
+def run_bounded(
+    argv: Sequence[str], *, limit: int, env: dict[str, str] | None = None, drain: int = 16
+) -> tuple[int, bytes, bytes, bool]:
+    """Run ``argv`` (no shell), stdin from /dev/null; (exit status, stdout, stderr, cut). Each
+    stream keeps at most ``limit`` bytes (``cut`` says one had more); what comes past that is read
+    and dropped, so that the command ends and its exit status is its own, until ``drain`` times
+    ``limit`` bytes were dropped: a command that prints on past that is killed."""
+    import selectors
+    import subprocess
+
+    proc = subprocess.Popen(
+        list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    buffers = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
+    cut, dropped = False, 0
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        selector.register(proc.stderr, selectors.EVENT_READ)
+        while selector.get_map() and dropped <= drain * limit:
+            for key, _ in selector.select():
+                chunk = os.read(key.fd, 65536)
+                if not chunk:
+                    selector.unregister(key.fileobj)
+                    continue
+                buffer = buffers[key.fd]
+                room = max(0, limit - len(buffer))
+                buffer += chunk[:room]
+                if len(chunk) > room:
+                    cut, dropped = True, dropped + len(chunk) - room
+    if dropped > drain * limit:
+        proc.kill()
+    proc.stdout.close()
+    proc.stderr.close()
+    rc = proc.wait()
+    out, err = buffers.values()
+    return rc, bytes(out), bytes(err), cut
+
+
+_CLASSES: dict[str, type] = {}
+
+
+def _backend_classes() -> dict[str, type]:
+    """testinfra's backends, each made to take a Connection's checked parts as they are and to
+    start its local commands as argument vectors, reading at most `output_limit` bytes of a
+    command's output (made on first use: the CLI imports this module without testinfra)."""
+    if _CLASSES:
+        return _CLASSES
+    from testinfra.backend.base import HostSpec
+    from testinfra.backend.docker import DockerBackend
+    from testinfra.backend.local import LocalBackend
+    from testinfra.backend.podman import PodmanBackend
+    from testinfra.backend.ssh import SafeSshBackend, SshBackend
+
+    class Bounded:
+        output_limit = OUTPUT_LIMIT  # bytes per stream (HostFacts raises it for a batch: `output_limit`)
+
+        def run_argv(self, argv: list[str], *, env=None, shown: str | None = None):
+            rc, out, err, cut = run_bounded(argv, limit=self.output_limit, env=env)
+            result = self.result(rc, self.encode(shown if shown is not None else shlex.join(argv)), out, err)
+            result.cut = cut  # the command printed more than output_limit: it was stopped there
+            return result
+
+        def run_local(self, command: str, *args: str):
+            """What testinfra's own code runs here: sh -c with its arguments quoted, bounded."""
+            return self.run_argv(["/bin/sh", "-c", self.quote(command, *args)])
+
+    class Ssh(Bounded, SshBackend):
+        def __init__(self, connection: Connection, *, ssh_config=None, ssh_identity_file=None, **kwargs):
+            self.connection = connection
+            spec = HostSpec(
+                connection.host, str(connection.port) if connection.port else None, connection.user, connection.password
+            )
+            super().__init__(
+                spec,
+                ssh_config=ssh_config,
+                ssh_identity_file=connection.identity_file or ssh_identity_file,
+                controlpath=connection.control_path,
+                ssh_extra_args=shlex.join(connection.ssh_args) or None,
+                **kwargs,
+            )
+
+        @staticmethod
+        def parse_hostspec(hostspec):  # type: ignore[override]
+            return hostspec  # a HostSpec made from a Connection: nothing to parse
+
+        def ssh_command(self, command: str) -> tuple[list[str], dict[str, str] | None]:
+            """The ssh client's argv for ``command`` (and sshpass's environment with a password)."""
+            own = " ".join(self.connection.ssh_args).lower()
+            argv = ["ssh", *self.connection.ssh_args]
+            if self.ssh_config:
+                argv += ["-F", self.ssh_config]
+            if self.host.user:
+                argv += ["-o", f"User={self.host.user}"]
+            if self.host.port:
+                argv += ["-o", f"Port={self.host.port}"]
+            if self.ssh_identity_file:
+                argv += ["-i", self.ssh_identity_file]
+            if "connecttimeout" not in own:
+                argv += ["-o", f"ConnectTimeout={self.timeout}"]
+            master = "controlmaster" in own
+            if self.controlpersist and not master:
+                argv += ["-o", "ControlMaster=auto", "-o", f"ControlPersist={self.controlpersist}s"]
+                master = True
+            if master and self.controlpath and "controlpath" not in own:
+                argv += ["-o", f"ControlPath={self.controlpath}"]
+            argv += ["--", self.host.name, command]
+            if self.host.password:
+                return ["sshpass", "-e", *argv], {**os.environ, "SSHPASS": self.host.password}
+            return argv, None
+
+        def _build_ssh_command(self, command: str):  # testinfra's form, never a shell line of inventory values
+            argv, _ = self.ssh_command(command)
+            return ["%s"] * len(argv), argv
+
+        def run_ssh(self, command: str):
+            argv, env = self.ssh_command(command)
+            out = self.run_argv(argv, env=env, shown=command)
+            if out.rc == 255:
+                raise RuntimeError(out)  # ssh's own failure, as testinfra reports it
+            return out
+
+    class SafeSsh(Ssh, SafeSshBackend):
+        NAME = "safe-ssh"
+
+    class Local(Bounded, LocalBackend):
+        pass
+
+    class Container(Bounded):
+        def __init__(self, connection: Connection, **kwargs):
+            super().__init__(connection.host, **kwargs)
+            self.name, self.user = connection.host, connection.user
+
+        def run(self, command: str, *args: str, **kwargs: Any):
+            cmd = self.get_command(command, *args)
+            user = ["-u", self.user] if self.user else []
+            return self.run_argv([self.NAME, "exec", *user, self.name, "/bin/sh", "-c", cmd], shown=cmd)
+
+    class Docker(Container, DockerBackend):
+        pass
+
+    class Podman(Container, PodmanBackend):
+        pass
+
+    _CLASSES.update({"ssh": Ssh, "safe-ssh": SafeSsh, "local": Local, "docker": Docker, "podman": Podman})
+    return _CLASSES
+
+
+def build_host(
+    connection: Connection, *, sudo: bool = False, ssh_identity_file: str | None = None, ssh_config: str | None = None
+):
+    """The testinfra Host for ``connection``, its backend made with explicit arguments (no URL).
+    ``sudo``: run every command through sudo (as --sudo; the inventory's become does too)."""
+    import testinfra.host
+
+    classes = _backend_classes()
+    sudo = bool(sudo or connection.become)
+    if connection.kind == "ansible":  # Ansible runs each command, reading the host from the inventory
+        from testinfra.backend.ansible import AnsibleBackend
+
+        backend = AnsibleBackend(
+            connection.host, ansible_inventory=connection.inventory, force_ansible=True, sudo=bool(sudo)
+        )
+    elif connection.kind == "local":
+        backend = classes["local"](sudo=sudo, sudo_user=connection.become_user)
+    elif connection.kind in ("docker", "podman"):
+        backend = classes[connection.kind](connection, sudo=sudo, sudo_user=connection.become_user)
+    elif connection.kind in ("ssh", "safe-ssh"):
+        backend = classes[connection.kind](
+            connection,
+            ssh_config=ssh_config,
+            ssh_identity_file=ssh_identity_file,
+            sudo=sudo,
+            sudo_user=connection.become_user,
+        )
+    else:
+        raise ValueError(f"unknown connection kind {connection.kind!r}")
+    host = testinfra.host.Host(backend)
+    backend.set_host(host)
+    return host
+
+
+@contextlib.contextmanager
+def output_limit(host, limit: int):
+    """Read up to ``limit`` bytes of each stream of the commands sent to ``host`` meanwhile
+    (a batch of N commands gets N commands' worth); hosts not built by build_host are left as they are."""
+    backend = getattr(host, "backend", None)
+    if not hasattr(backend, "output_limit"):
+        yield
+        return
+    before = backend.output_limit
+    backend.output_limit = limit
+    try:
+        yield
+    finally:
+        backend.output_limit = before
 
 
 class SharedSsh:
@@ -168,63 +764,36 @@ class SharedSsh:
 
 
 def ssh_backend(host):
-    """The testinfra ssh backend `host` sends its commands through: its own (ssh://, safe-ssh://)
-    or, for ansible://, the one testinfra builds from the inventory; None for other connections."""
+    """The ssh backend `host` sends its commands through (one build_host made for ssh:// or
+    safe-ssh://); None for other connections."""
     backend = getattr(host, "backend", None)
-    if getattr(backend, "NAME", None) == "ansible" and not getattr(backend, "force_ansible", True):
-        inner = backend.ansible_runner.get_host(
-            backend.host, ssh_config=backend.ssh_config, ssh_identity_file=backend.ssh_identity_file
-        )
-        backend = getattr(inner, "backend", None)
-    return backend if getattr(backend, "NAME", None) in ("ssh", "safe-ssh") else None
+    return backend if getattr(backend, "NAME", None) in ("ssh", "safe-ssh") and hasattr(backend, "connection") else None
 
 
 def share_connection(host, control_path: str | None) -> bool:
-    """Make the host's commands share one SSH connection through control_path (testinfra's ssh
-    backend adds ControlMaster=auto and ControlPersist, which need a ControlPath to take effect).
+    """Make the host's commands share one SSH connection through control_path (the ssh backend
+    adds ControlMaster=auto and ControlPersist, which need a ControlPath to take effect).
     False where it cannot: not ssh, ControlPersist off, or the inventory sets its own."""
     backend = ssh_backend(host) if control_path else None
     if backend is None or not getattr(backend, "controlpersist", 0):
         return False
-    extra = (getattr(backend, "ssh_extra_args", None) or "").lower()
-    if backend.controlpath or "controlpath" in extra or "controlmaster" in extra:
+    own = " ".join(backend.connection.ssh_args).lower()
+    if backend.controlpath or "controlpath" in own or "controlmaster" in own:
         return False
     backend.controlpath = control_path
     return True
 
 
 def ssh_argv(host, command: str) -> list[str] | None:
-    """The local command that runs ``command`` on ``host`` as testinfra's ssh backend does (the
-    inventory's user, port, key and ssh arguments; sudo where asked), for `run_jobs` to run
-    without a Python worker in between; None for other connections (local, docker, paramiko,
-    safe-ssh), or if testinfra no longer builds its ssh command the way this expects."""
+    """The ssh client's argv that runs ``command`` on ``host`` as its backend does (the
+    inventory's user, port, key and ssh options; sudo where asked), for `run_jobs` to run
+    without a Python worker in between; None for other connections and for a host reached
+    with a password (sshpass reads it from the environment of its own process)."""
     backend = ssh_backend(host)
-    build = getattr(backend, "_build_ssh_command", None)
-    if backend is None or backend.NAME != "ssh" or build is None:
+    if backend is None or backend.NAME != "ssh":
         return None
-    command = host.backend.get_command(command)  # sudo asked of the ansible:// host (--sudo)
-    if backend is not host.backend:
-        command = backend.get_command(command)  # the inventory's become
-    cmd, args = build(command)
-    return ["/bin/sh", "-c", backend.quote(" ".join(cmd), *args)]  # testinfra runs it with shell=True
-
-
-def seed_ansible_inventory(inventory: str, hostvars: dict[str, dict]) -> None:
-    """Hand testinfra the hosts' variables that the parent process read with ansible-inventory,
-    so that a worker's ansible:// host needs no ansible-inventory run of its own (half a second of
-    CPU per host). testinfra keeps one AnsibleRunner per inventory path, with the inventory in a
-    cached property; if that ever changes, the worker reads the inventory itself, as before."""
-    import functools
-
-    from testinfra.utils.ansible_runner import AnsibleRunner
-
-    if not isinstance(AnsibleRunner.__dict__.get("inventory"), functools.cached_property):
-        return
-    runner = AnsibleRunner.get_runner(inventory)
-    runner.__dict__["inventory"] = {
-        "_meta": {"hostvars": {name: dict(values) for name, values in hostvars.items()}},
-        "all": {"hosts": sorted(hostvars)},
-    }
+    argv, env = backend.ssh_command(backend.get_command(command))
+    return argv if env is None else None
 
 
 def timed_out_rc(rc: int) -> bool:

@@ -25,7 +25,8 @@ from provision.errors import InputError
     "hosts",
     multiple=True,
     metavar="URL",
-    help="Verify a host by testinfra URL (ssh://root@gpu1:22, paramiko://…); repeatable.",
+    help="Verify a host: ssh://[user@]host[:port] (or user@host), safe-ssh://…, docker://NAME, podman://NAME, "
+    "local://; no ?options (use --sudo, --ssh-identity-file); repeatable.",
 )
 @plan_source
 @click.option(
@@ -85,6 +86,12 @@ def verify_cmd(
     command (an nvidia-smi stuck on a GPU that fell off the bus) is stopped and reported, and an
     unreachable host is an error with its cause, never a traceback.
 
+    How each host is reached is checked before any is contacted: host names and addresses must
+    be host names or IP addresses, ssh arguments ssh options that run nothing here (no
+    ProxyCommand, LocalCommand, -F; use ProxyJump), booleans what Ansible reads as booleans.
+    What a host prints is data: each command's output is read up to 1 MiB (a check that read a
+    cut output says so).
+
     Exit status: 0 every check passed, warned or was skipped, 1 a check failed or a host could
     not be checked, 2 bad input.
     """
@@ -109,33 +116,19 @@ def verify_cmd(
         if unknown:
             raise InputError(f"unknown check {unknown[0]!r}", hint="provision verify --list shows the checks")
     mig = _read_mig_vars(mig_vars) if mig_vars else None
-    if inventory:
-        targets = _inventory_targets(
-            ctx,
-            inventory=inventory,
-            plan_file=plan_args["plan_file"],
-            fleet_file=fleet_file,
-            limit=limit,
-            plan_flags=plan_args["os_id"] or plan_args["gpu"],
-            gpu_count=gpu_count,
-            mig=mig,
-        )
-    else:
-        if fleet_file or limit:
-            raise InputError(
-                "--fleet and --limit need -i INVENTORY", hint="for one host give --plan FILE or --os/--gpu"
-            )
-        plan = load_plan(ctx, **plan_args)
-        from provision.verify import Target
-
-        mig = mig or _plan_mig(plan)
-        if local:
-            targets = [Target("local", "local://", plan, gpu_count, mig)]
-        else:
-            targets = [Target(_host_name(h), _host_spec(h), plan, gpu_count, mig) for h in hosts]
+    targets = _targets(
+        ctx,
+        inventory=inventory,
+        local=local,
+        hosts=hosts,
+        fleet_file=fleet_file,
+        limit=limit,
+        plan_args=plan_args,
+        gpu_count=gpu_count,
+        mig=mig,
+    )
     report = run_verify(
         targets,
-        inventory=os.path.abspath(inventory) if inventory else None,
         sudo=sudo,
         ssh_identity_file=ssh_identity_file,
         only=selected,
@@ -151,6 +144,33 @@ def verify_cmd(
     else:
         _print_table(report)
     return report.exit_code
+
+
+def _targets(ctx, *, inventory, local, hosts, fleet_file, limit, plan_args, gpu_count, mig) -> list:
+    """Every host to verify, each one's connection and variables checked (nothing is contacted
+    before all are)."""
+    from provision.hostpool import Connection, url_connection
+    from provision.verify import Target
+
+    if inventory:
+        return _inventory_targets(
+            ctx,
+            inventory=inventory,
+            plan_file=plan_args["plan_file"],
+            fleet_file=fleet_file,
+            limit=limit,
+            plan_flags=plan_args["os_id"] or plan_args["gpu"],
+            gpu_count=gpu_count,
+            mig=mig,
+        )
+    if fleet_file or limit:
+        raise InputError("--fleet and --limit need -i INVENTORY", hint="for one host give --plan FILE or --os/--gpu")
+    connections = [url_connection(h) for h in hosts]  # all checked before the plan is even read
+    plan = load_plan(ctx, **plan_args)
+    mig = mig or _plan_mig(plan)
+    if local:
+        return [Target("local", Connection("local"), plan, gpu_count, mig)]
+    return [Target(c.label or "local", c, plan, gpu_count, mig) for c in connections]
 
 
 def _checks() -> list[tuple[str, str]]:
@@ -177,42 +197,23 @@ def _plan_mig(plan) -> dict | None:
     return mig_vars(plan) if plan.mig else None
 
 
-def _host_spec(url: str) -> str:
-    if "://" not in url:
-        url = "ssh://" + url
-    scheme = url.split("://", 1)[0]
-    if scheme not in {"ssh", "paramiko", "safe-ssh", "docker", "podman", "local", "ansible"}:
-        raise InputError(f"--host {url!r}: unknown connection {scheme!r}", hint="use ssh://[user@]host[:port]")
-    return url
-
-
-def _host_name(url: str) -> str:
-    return url.split("://", 1)[-1].split("?", 1)[0] or url
-
-
 def _read_mig_vars(path: str) -> dict:
-    import yaml
+    from provision.documents import load_yaml, read_text
+    from provision.verify.settings import checked_hostvars
 
-    try:
-        with open(path, encoding="utf-8") as handle:
-            doc = yaml.safe_load(handle)
-    except OSError as exc:
-        raise InputError(
-            f"cannot read {path!r}: {exc.strerror}", hint="write it with provision mig plan --out-vars FILE"
-        ) from None
-    except yaml.YAMLError:
-        raise InputError(f"{path!r} is not YAML", hint="write it with provision mig plan --out-vars FILE") from None
+    hint = "write it with provision mig plan --out-vars FILE"
+    doc = load_yaml(read_text(path, "--mig-vars"), f"--mig-vars {path!r}")
     if not isinstance(doc, dict) or "provision_mig_layout" not in doc:
-        raise InputError(
-            f"{path!r} holds no provision_mig_layout", hint="write it with provision mig plan --out-vars FILE"
-        )
-    return doc
+        raise InputError(f"{path!r} holds no provision_mig_layout", hint=hint)
+    return checked_hostvars(f"--mig-vars {path}", doc)
 
 
 def _inventory_targets(ctx, *, inventory, plan_file, fleet_file, limit, plan_flags, gpu_count, mig):
     from provision.fleet.apply import load_plans, plan_of_host
     from provision.fleet.inventory import load_inventory, select_hosts
+    from provision.hostpool import inventory_connection
     from provision.verify import Target
+    from provision.verify.settings import checked_hostvars
 
     if plan_flags:
         raise InputError(
@@ -226,6 +227,7 @@ def _inventory_targets(ctx, *, inventory, plan_file, fleet_file, limit, plan_fla
     inv = load_inventory(inventory)
     plans, _ = load_plans(plan_file, fleet_file, matrix_loader(ctx))
     names = select_hosts(inv, limit)
+    path = os.path.abspath(inventory)
     targets = []
     for name in names:
         found = plan_of_host(inv, plans, name)
@@ -234,10 +236,12 @@ def _inventory_targets(ctx, *, inventory, plan_file, fleet_file, limit, plan_fla
                 f"host {name!r} is in none of the fleet file's groups",
                 hint=f"add one of its groups to the fleet file, or --limit the hosts ({', '.join(sorted(plans))})",
             )
-        hv = inv.hosts[name]
+        # the connection and every variable verify reads, checked as the roles read them
+        connection = inventory_connection(name, inv.hosts[name], inventory=path)
+        hv = checked_hostvars(name, inv.hosts[name])
         count = hv.get("provision_gpu_count", gpu_count)
         host_mig = {k: v for k, v in hv.items() if k.startswith("provision_mig_")} or mig or _plan_mig(found[1])
-        targets.append(Target(name, f"ansible://{name}", found[1], int(count) if count else None, host_mig, hv))
+        targets.append(Target(name, connection, found[1], count, host_mig, hv))
     return targets
 
 

@@ -32,7 +32,6 @@ from provision.hostpool import (
     connection_error,
     remote_command,
     run_jobs,
-    seed_ansible_inventory,
     stop_group,
     timed_out_rc,
 )
@@ -205,15 +204,16 @@ def _ssh_commands(
     worker (the deadline still ends the job's process group). The others keep their worker."""
     if not hostvars:
         return {}
-    import testinfra
+    from provision.hostpool import build_host, inventory_connection, ssh_argv
 
-    from provision.hostpool import ssh_argv
-
-    seed_ansible_inventory(inventory, {name: hostvars[name] for name in hosts if name in hostvars})
+    # each host's connection checked before any is contacted (a bad name or ssh option: exit 2)
+    connections = {
+        name: inventory_connection(name, hostvars[name], inventory=inventory) for name in hosts if name in hostvars
+    }
     out = {}
-    for name in hosts:
+    for name, connection in connections.items():
         try:
-            host = testinfra.get_host(f"ansible://{name}", ansible_inventory=inventory, sudo=sudo)
+            host = build_host(connection, sudo=sudo)
             argv = ssh_argv(host, remote_script(Budget(host_timeout)))
         except Exception:  # the worker reports what is wrong with this host
             argv = None
@@ -231,13 +231,12 @@ def _worker(argv: list[str]) -> int:
     budget = Budget(host_timeout)  # the parent's deadline started with this process
     import json
 
-    import testinfra
+    from provision.hostpool import build_host, inventory_connection, inventory_hostvars
 
     given = sys.stdin.read()  # this host's inventory variables, as JSON (collect_remote)
     try:
-        if given.strip():
-            seed_ansible_inventory(inventory, {name: json.loads(given)})
-        host = testinfra.get_host(f"ansible://{name}", ansible_inventory=inventory, sudo=sudo)
+        hostvars = json.loads(given) if given.strip() else inventory_hostvars(inventory, name)
+        host = build_host(inventory_connection(name, hostvars, inventory=inventory), sudo=sudo)
         res = host.run(remote_script(budget))
     except Exception as exc:
         sys.stderr.write(connection_error(exc) + "\n")

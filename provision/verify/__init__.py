@@ -1,6 +1,7 @@
 """`provision verify`: testinfra checks that a host still matches its plan.
 
-The checks are ordinary pytest-testinfra test functions shipped in provision/verify/checks/.
+The checks are ordinary pytest test functions shipped in provision/verify/checks/, run on a
+testinfra host.
 `run_verify` checks the hosts side by side: one worker process per host
 (provision/verify/worker.py), at most `forks` at once, each under the host's deadline
 (provision.hostpool; with more than one host the workers are forked from this process after it
@@ -22,15 +23,15 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from provision.hostpool import DEFAULT_FORKS, DEFAULT_HOST_TIMEOUT
+from provision.hostpool import DEFAULT_FORKS, DEFAULT_HOST_TIMEOUT, Connection
 from provision.plan.model import Plan
 
 
 class Target(NamedTuple):
-    """One host to verify: how testinfra reaches it and what it must match."""
+    """One host to verify: how it is reached and what it must match."""
 
     name: str  # what the report calls it: the inventory hostname, "local", user@host
-    spec: str  # testinfra host spec: local://, ssh://root@10.0.0.5:22, ansible://gpu-a
+    connection: Connection  # checked parts, never a URL (provision.hostpool.inventory_connection, url_connection)
     plan: Plan
     gpu_count: int | None = None  # GPUs the host must show (None: at least one)
     mig: dict[str, Any] | None = None  # planned MIG layout (ansible vars of provision mig plan)
@@ -72,7 +73,6 @@ UNUSED_PYTEST_PLUGINS = (
 def run_verify(
     targets: list[Target],
     *,
-    inventory: str | None = None,
     sudo: bool = False,
     ssh_identity_file: str | None = None,
     ssh_config: str | None = None,
@@ -93,19 +93,14 @@ def run_verify(
     try:
         jobs = []
         for index, target in enumerate(targets):
-            hostvars = dict(target.hostvars or {})
             request = Request(
-                target._replace(hostvars=hostvars),
-                inventory,
+                target._replace(hostvars=dict(target.hostvars or {})),
                 sudo,
                 ssh_identity_file,
                 ssh_config,
                 only,
                 host_timeout,
                 control_path=shared.path(index),
-                # an inventory host's variables: the worker hands them to testinfra, which then
-                # runs no ansible-inventory of its own (the CLI has read the inventory already)
-                hostvars=hostvars if inventory and target.spec == f"ansible://{target.name}" else None,
             )
             argv = [sys.executable, "-m", "provision.verify.worker"]
             jobs.append(Job(target.name, argv, pickle.dumps(request), entry="provision.verify.worker:serve"))
@@ -120,7 +115,7 @@ def collect_report(names: list[str], outcomes, *, host_timeout: float):
     """The VerifyReport of the workers' JSON lines (see provision/verify/worker.py)."""
     import json
 
-    from provision.verify.report import CheckResult, HostRun, VerifyReport
+    from provision.verify.report import CheckResult, HostRun, VerifyReport, clean
 
     results: list[CheckResult] = []
     errors: list[str] = []
@@ -141,11 +136,11 @@ def collect_report(names: list[str], outcomes, *, host_timeout: float):
                 results.append(CheckResult(host, check, title, status, detail, tuple(evidence), seconds))
                 count += 1
             elif "unreachable" in event:
-                unreachable = event["unreachable"]
+                unreachable = clean(event["unreachable"], 500)  # ssh's stderr: what the host said, maybe
             elif "error" in event:
-                errors.append(event["error"])
+                errors.append(clean(event["error"], 2000))
             elif "late" in event:
-                late.append(event["late"])
+                late.append(clean(event["late"], 500))
             elif "done" in event:
                 done = int(event["done"])
         if unreachable is not None:
@@ -159,7 +154,7 @@ def collect_report(names: list[str], outcomes, *, host_timeout: float):
             )
         elif done is None:
             why = [ln for ln in outcome.stderr.splitlines() if ln.strip()]
-            error = f"the checks stopped (exit {outcome.rc}): {why[-1].strip() if why else 'no output'}"
+            error = f"the checks stopped (exit {outcome.rc}): {clean(why[-1].strip(), 500) if why else 'no output'}"
         elif late:
             error = late[0]
         else:
@@ -172,49 +167,33 @@ def collect_report(names: list[str], outcomes, *, host_timeout: float):
 
 def run_checks(
     target: Target,
+    host,
     *,
-    inventory: str | None = None,
-    sudo: bool = False,
-    ssh_identity_file: str | None = None,
-    ssh_config: str | None = None,
     only: list[str] | None = None,
     budget=None,
     have_timeout: bool = True,
     emit=None,
-    control_path: str | None = None,
 ) -> int:
-    """The checks on one target, in this process (the worker's part); pytest's exit code.
-    Each result goes to `emit` as it is known."""
+    """The checks on one target, in this process (the worker's part), on ``host`` (the testinfra
+    Host provision.hostpool.build_host made for it); pytest's exit code. Each result goes to
+    `emit` as it is known."""
     import pytest
 
     from provision.verify.plugin import VerifyPlugin
 
-    plugin = VerifyPlugin(
-        [target], only=only, budget=budget, have_timeout=have_timeout, emit=emit, control_path=control_path
-    )
+    plugin = VerifyPlugin(target, host, only=only, budget=budget, have_timeout=have_timeout, emit=emit)
     args = [
         CHECKS_DIR,
         "-c",
         os.path.join(CHECKS_DIR, "pytest.ini"),
         "--rootdir",
         CHECKS_DIR,
-        # only testinfra's plugin: the others installed beside it (hypothesis's costs a quarter
-        # of a second of CPU per host to import) have nothing to do here
-        "-p",
-        "testinfra.plugin",
+        # no plugin but ours: it hands the checks the host (testinfra's would build one from a URL),
+        # and the others installed beside it (hypothesis's costs a quarter of a second of CPU per
+        # host to import) have nothing to do here
         *(arg for name in UNUSED_PYTEST_PLUGINS for arg in ("-p", f"no:{name}")),
         "-s",
-        "--hosts",
-        target.spec,
     ]
-    if inventory:
-        args += ["--ansible-inventory", inventory]
-    if sudo:
-        args.append("--sudo")
-    if ssh_identity_file:
-        args += ["--ssh-identity-file", ssh_identity_file]
-    if ssh_config:
-        args += ["--ssh-config", ssh_config]
     autoload = os.environ.get(_NO_AUTOLOAD)
     os.environ[_NO_AUTOLOAD] = "1"
     try:

@@ -7,8 +7,9 @@ import shlex
 from typing import Any, NamedTuple
 
 from provision import smi
-from provision.hostpool import KILL_AFTER, remote_command, timed_out_rc
+from provision.hostpool import KILL_AFTER, OUTPUT_LIMIT, output_limit, remote_command, timed_out_rc
 from provision.verify import batch
+from provision.verify.settings import engine, flag
 
 # The table fields a check reads, in Gpu's order; values stay as nvidia-smi prints them
 # ("Enabled", "[N/A]"): the checks compare and show those spellings.
@@ -39,6 +40,7 @@ class Result(NamedTuple):
     out: str
     err: str
     timed_out: int | None = None  # seconds the command had when timeout stopped it; None: it ended
+    cut: bool = False  # the host printed more than OUTPUT_LIMIT: only that much was read
 
     @property
     def text(self) -> str:
@@ -50,9 +52,25 @@ def secure_boot_path(hostvars: dict[str, Any]) -> str:
     return str(hostvars.get("preflight_secure_boot_efivar", SECURE_BOOT_EFIVAR))
 
 
+KERNEL_LOG_LINES = 50  # lines of KERNEL_LOG's answer looked at (it prints 5)
+MAX_GPU_LINES = 1024  # lines of nvidia-smi's table parsed (one per GPU)
+MAX_LINES = 20000  # lines of a package listing parsed (dpkg lists every package: a few thousand)
+LINE_LIMIT = 4096  # characters of host output a check's pattern reads (its line or lines are far shorter)
+SECURE_BOOT_ABSENT = 3  # secure_boot_command's exit status when there is no such variable
+
+
 def secure_boot_command(hostvars: dict[str, Any]) -> str:
-    """Reads the variable's bytes; the path comes from the inventory, so it is quoted."""
-    return f"od -An -t u1 {shlex.quote(secure_boot_path(hostvars))}"
+    """Reads the variable's bytes; exits SECURE_BOOT_ABSENT only when the variable is not there
+    (no EFI, or firmware without Secure Boot), 1 when it is there and cannot be read (permission
+    denied, an I/O error) or its directory cannot be searched. The path comes from the
+    inventory, so it is quoted."""
+    path = shlex.quote(secure_boot_path(hostvars))
+    folder = shlex.quote(secure_boot_path(hostvars).rsplit("/", 1)[0] or "/")
+    return (
+        f"if [ -e {path} ]; then od -An -t u1 {path}; "
+        f"elif [ -d {folder} ] && ! [ -x {folder} ]; then echo {folder}: permission denied >&2; exit 1; "
+        f"else exit {SECURE_BOOT_ABSENT}; fi"
+    )
 
 
 def upstream_version(version: str) -> str:
@@ -120,7 +138,7 @@ def planned_packages(target, checks: set[str] | None = None) -> list[str]:
         names += [p.name for p in plan.driver.packages]
         names += [p.name for p in plan.fabric_manager.packages] if plan.fabric_manager else []
     sm = plan.subnet_manager
-    if wanted("subnet-manager") and sm is not None and hv.get("nvidia_driver_subnet_manager", True):
+    if wanted("subnet-manager") and sm is not None and flag(hv, "nvidia_driver_subnet_manager"):
         names += [*sm.packages, *sm.requires]
     if wanted("container-toolkit"):
         names += [p.name for p in plan.container_toolkit.packages]
@@ -135,27 +153,27 @@ def planned_commands(target, checks: set[str] | None = None) -> list[str]:
     check on a batch and fails on any command sent outside it)."""
     plan, hv = target.plan, target.hostvars or {}
     wanted = (lambda c: True) if checks is None else checks.__contains__
-    docker = hv.get("container_runtime_engine", "docker") == "docker"
-    sm = plan.subnet_manager if hv.get("nvidia_driver_subnet_manager", True) else None
+    docker = engine(hv) == "docker"
+    sm = plan.subnet_manager if flag(hv, "nvidia_driver_subnet_manager") else None
     smi_checks = wanted("nvidia-smi") or wanted("gpus") or wanted("persistence")
-    mig = bool(target.mig and target.mig.get("provision_mig_enabled")) and wanted("mig")
+    mig = bool(target.mig) and flag(target.mig, "provision_mig_enabled") and wanted("mig")
     first = ["true", DETECT_VIRT, CONTAINER_MARKERS, read_command("/etc/os-release")]
     late: list[str] = []
     if wanted("secure-boot"):
         first += [secure_boot_command(hv), MODULE_SIGNER]
-    if wanted("nouveau-blacklisted") and hv.get("nvidia_driver_blacklist_nouveau", True):
+    if wanted("nouveau-blacklisted") and flag(hv, "nvidia_driver_blacklist_nouveau"):
         first.append(NOUVEAU_BLACKLIST)
     if wanted("nouveau-not-loaded"):
         first.append(NOUVEAU_LOADED)
     packages = planned_packages(target, checks)
     if packages:
         first += package_commands(plan.os.pkg_manager, packages)
-    if wanted("kernel-hold") and hv.get("nvidia_driver_hold_kernel", True):
+    if wanted("kernel-hold") and flag(hv, "nvidia_driver_hold_kernel"):
         if plan.os.pkg_manager == "apt":
             first.append(DPKG_HELD)
         else:
             late.append(DNF_KERNEL_SECURITY)  # may refresh metadata: last
-    if wanted("persistence") and hv.get("nvidia_driver_persistenced", True):
+    if wanted("persistence") and flag(hv, "nvidia_driver_persistenced"):
         first.append(systemd_command("nvidia-persistenced"))
     if wanted("fabric-manager"):
         first.append(systemd_command("nvidia-fabricmanager"))
@@ -183,6 +201,14 @@ def planned_commands(target, checks: set[str] | None = None) -> list[str]:
     return list(dict.fromkeys(first + gpu + late))
 
 
+def _bounded(rc: int, res, stopped: int | None) -> Result:
+    """A command's Result, each stream at most OUTPUT_LIMIT characters (the host's backend
+    already stopped reading there; a host object that did not is cut here)."""
+    out, err = res.stdout or "", res.stderr or ""
+    cut = bool(getattr(res, "cut", False)) or len(out) > OUTPUT_LIMIT or len(err) > OUTPUT_LIMIT
+    return Result(rc, out[:OUTPUT_LIMIT], err[:OUTPUT_LIMIT], stopped, cut)
+
+
 class HostFacts:
     def __init__(self, host, target, *, budget=None, have_timeout: bool = True):
         self.host = host
@@ -193,6 +219,7 @@ class HostFacts:
         self._packages: dict[str, Installed] = {}
         self._fetched: dict[str, Result] = {}  # command -> what it printed, from `prefetch`
         self.round_trips = 0  # commands sent to the host (a batch counts once)
+        self.cut: list[str] = []  # each command read whose output was cut at OUTPUT_LIMIT, as read
 
     def prefetch(self, checks: set[str] | None = None) -> int:
         """Run the commands the `checks` (ids; None: all) will send, in one round trip (see
@@ -210,7 +237,10 @@ class HostFacts:
         text = batch.script(commands, token, left=left, share=self.budget.command_timeout())
         self.round_trips += 1
         try:
-            res = self.host.run(text)
+            # each command may print OUTPUT_LIMIT (a section past it is cut below); the batch as a
+            # whole is read up to that many times the commands, the markers besides
+            with output_limit(self.host, len(commands) * (OUTPUT_LIMIT + 256) + 65536):
+                res = self.host.run(text)
         except Exception:  # the connection failed: `unreachable` sends `true` alone and says why
             return 0
         sections = batch.parse(res.stdout or "", res.stderr or "", token, len(commands))
@@ -221,7 +251,9 @@ class HostFacts:
                 self._fetched[command] = Result(124, "", batch.NOT_RUN, 0)
             else:
                 stopped = section.seconds if timed_out_rc(section.rc) else None
-                self._fetched[command] = Result(section.rc, section.out, section.err, stopped)
+                cut = len(section.out) > OUTPUT_LIMIT or len(section.err) > OUTPUT_LIMIT
+                out, err = section.out[:OUTPUT_LIMIT], section.err[:OUTPUT_LIMIT]
+                self._fetched[command] = Result(section.rc, out, err, stopped, cut)
         names = planned_packages(self.target, checks)
         queries = package_commands(self.target.plan.os.pkg_manager, names) if names else []
         if queries and all(q in self._fetched and self._fetched[q].timed_out is None for q in queries):
@@ -243,24 +275,29 @@ class HostFacts:
         """Run a command on the host. Under a budget it runs under coreutils timeout, its share of
         the host's deadline (hostpool.Budget); one it stopped comes back with timed_out set. A
         command `prefetch` ran is answered from its output."""
-        if command in self._fetched:
-            return self._fetched[command]
+        result = self._fetched.get(command) or self._run(command)
+        if result.cut:
+            self.cut.append(command)
+        return result
+
+    def _run(self, command: str) -> Result:
         self.round_trips += 1
         if self.budget is None:
             res = self.host.run(command)
-            return Result(res.rc, res.stdout, res.stderr)
+            return _bounded(res.rc, res, None)
         seconds = self.budget.command_timeout()
         if seconds <= 0:
             return Result(124, "", "not run: the host's deadline has passed", 0)
         res = self.host.run(remote_command(command, seconds, have_timeout=self.have_timeout))
         stopped = seconds if self.have_timeout and timed_out_rc(res.rc) else None
-        return Result(res.rc, res.stdout, res.stderr, stopped)
+        return _bounded(res.rc, res, stopped)
 
     @functools.cached_property
     def kernel_log(self) -> list[str]:
         """The newest GPU lines of the kernel log (NVRM, Xid, fallen off the bus)."""
         res = self.run(KERNEL_LOG)
-        return [line.strip() for line in res.out.splitlines() if line.strip()] if res.rc == 0 else []
+        tail = res.out.splitlines()[-KERNEL_LOG_LINES:]  # the command keeps its last 5: a host may send more
+        return [line.strip()[:LINE_LIMIT] for line in tail if line.strip()][-5:] if res.rc == 0 else []
 
     @functools.cached_property
     def unreachable(self) -> str | None:
@@ -290,7 +327,7 @@ class HostFacts:
     def os_release(self) -> dict[str, str]:
         res = self.run(read_command("/etc/os-release"))
         out: dict[str, str] = {}
-        for line in res.out.splitlines():
+        for line in res.out.splitlines()[:256]:  # os-release(5) has a few dozen lines
             key, sep, value = line.partition("=")
             if sep:
                 out[key.strip()] = value.strip().strip('"')
@@ -302,7 +339,7 @@ class HostFacts:
         res = self.run(SMI_QUERY)
         gpus: list[Gpu] = []
         if res.rc == 0:
-            for line in res.out.splitlines():
+            for line in res.out.splitlines()[:MAX_GPU_LINES]:
                 cells = [c.strip() for c in line.split(",")]
                 if len(cells) == len(SMI_FIELDS):
                     cells[_DEVICE] = smi.device_id(cells[_DEVICE])
@@ -322,7 +359,7 @@ class HostFacts:
         res = self.run(DPKG_HELD)
         return {
             parts[1]
-            for parts in (line.split() for line in res.out.splitlines())
+            for parts in (line.split() for line in res.out.splitlines()[:MAX_LINES])
             if len(parts) == 2 and parts[0].startswith("h")
         }
 
@@ -331,7 +368,7 @@ class HostFacts:
         held: set[str] = set()
         if self.target.plan.os.pkg_manager == "apt":
             res = self.run(package_commands("apt", names)[0])
-            for line in res.out.splitlines():
+            for line in res.out.splitlines()[:MAX_LINES]:
                 parts = line.split("\t")
                 # db:Status-Abbrev: the selection (h: hold, what apt-mark hold and Ansible's
                 # dpkg_selections set), then the state (i: installed)
@@ -342,11 +379,11 @@ class HostFacts:
         else:
             rpm_query, versionlock = package_commands("rpm", names)
             res = self.run(rpm_query)
-            for line in res.out.splitlines():
+            for line in res.out.splitlines()[:MAX_LINES]:
                 parts = line.split("\t")
                 if len(parts) == 3 and "not installed" not in line:
                     versions[parts[0]] = f"{parts[1]}-{parts[2]}"
-            locks = self.run(versionlock).out
+            locks = "\n".join(self.run(versionlock).out.splitlines()[:MAX_LINES])
             for name in names:
                 # entries read NAME-[EPOCH:]VERSION-RELEASE.* (one per locked package)
                 if any(

@@ -1,72 +1,68 @@
-"""The pytest plugin a verify worker loads: fixtures the checks use (`target`, `plan`, `facts`,
-`evidence`) and a collector that turns pytest's reports into CheckResults, each passed on to the
-parent process as it is known."""
+"""The pytest plugin a verify worker loads: fixtures the checks use (`host`, `target`, `plan`,
+`facts`, `evidence`) and a collector that turns pytest's reports into CheckResults, each passed
+on to the parent process as it is known.
+
+The host is the one the worker built from the target's checked Connection (testinfra's own
+plugin would build another from a URL). What a check reports comes from the host, so it is data:
+control characters are written as escapes and each text is bounded (`clean`), and a check that
+read an output the host printed past provision.hostpool.OUTPUT_LIMIT says so."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
-from provision.hostpool import share_connection
+from provision.hostpool import OUTPUT_LIMIT
 from provision.verify.facts import HostFacts
-from provision.verify.report import CheckResult
+from provision.verify.report import CheckResult, clean
 
 MODULE_ORDER = ("check_system", "check_driver", "check_containers")
+DETAIL_LIMIT = 2000  # characters of a check's detail kept in the report
+EVIDENCE_LIMIT = 1000  # characters of one line of evidence
+MAX_EVIDENCE = 64  # lines of evidence kept per check
 
 
 class VerifyPlugin:
     def __init__(
         self,
-        targets: list,
+        target,
+        host,
         only: list[str] | None = None,
         *,
         budget=None,
         have_timeout=True,
         emit=None,
-        control_path=None,
     ):
-        self.targets = list(targets)
+        self._target = target
+        self._host = host  # testinfra Host (provision.hostpool.build_host)
         self.only = set(only or [])
         self.budget = budget  # provision.hostpool.Budget: the host's deadline (None: no deadline)
         self.have_timeout = have_timeout  # coreutils timeout on the host
         self.emit = emit  # called with each event for the parent process (provision.verify.worker)
-        self.control_path = control_path  # SSH control socket the host's commands share (hostpool.SharedSsh)
         self.late = 0  # checks not run because the deadline had passed
         self.results: list[CheckResult] = []
         self.errors: list[str] = []
-        self._facts: dict[str, HostFacts] = {}
-        self._by_id: dict[str, Any] = {}
+        self._facts: HostFacts | None = None
         self.selected: set[str] | None = None  # the ids of the checks collected (None: before collection)
 
-    # -- which target an item runs on ------------------------------------------------------
-    def _target_for(self, host) -> Any:
-        pid = host.backend.get_pytest_id()
-        if pid not in self._by_id:
-            for target in self.targets:
-                if _spec_matches(target.spec, pid):
-                    self._by_id[pid] = target
-                    break
-            else:
-                raise LookupError(f"no target for testinfra host {pid}")
-        return self._by_id[pid]
+    @pytest.fixture
+    def host(self):
+        return self._host
 
     @pytest.fixture
-    def target(self, host):
-        return self._target_for(host)
+    def target(self):
+        return self._target
 
     @pytest.fixture
     def plan(self, target):
         return target.plan
 
     @pytest.fixture
-    def facts_raw(self, host, target) -> HostFacts:
-        if target.name not in self._facts:
-            share_connection(host, self.control_path)  # ssh:// hosts: pytest's host is not the worker's probe's
-            facts = HostFacts(host, target, budget=self.budget, have_timeout=self.have_timeout)
-            facts.prefetch(self.selected)  # every command the selected checks send, in one round trip
-            self._facts[target.name] = facts
-        return self._facts[target.name]
+    def facts_raw(self, host, target, request) -> HostFacts:
+        if self._facts is None:
+            self._facts = HostFacts(host, target, budget=self.budget, have_timeout=self.have_timeout)
+            self._facts.prefetch(self.selected)  # every command the selected checks send, in one round trip
+        request.node.provision_cut_from = len(self._facts.cut)  # outputs cut before this check
+        return self._facts
 
     @pytest.fixture
     def facts(self, facts_raw, request) -> HostFacts:
@@ -104,14 +100,13 @@ class VerifyPlugin:
             config.hook.pytest_deselected(items=[i for i in items if i not in keep])
             items[:] = keep
         self.selected = {_check_id(i) for i in items}
-        # host by host (one connection each), the machine first, containers last
+        # the machine first, containers last
         order = {name: n for n, name in enumerate(MODULE_ORDER)}
         position = {id(item): n for n, item in enumerate(items)}
 
         def key(item):
-            host = getattr(getattr(item, "callspec", None), "id", "")
             module = item.module.__name__.rsplit(".", 1)[-1] if getattr(item, "module", None) else ""
-            return host, order.get(module, len(order)), position[id(item)]
+            return order.get(module, len(order)), position[id(item)]
 
         items.sort(key=key)
 
@@ -121,14 +116,15 @@ class VerifyPlugin:
         report = outcome.get_result()
         report.provision_check = _check_id(item)
         report.provision_title = getattr(getattr(item, "function", None), "provision_title", item.name)
-        params = getattr(getattr(item, "callspec", None), "params", {})
-        host = params.get("_testinfra_host")
-        report.provision_target = None
-        if host is not None:
-            try:
-                report.provision_target = self._target_for(host).name
-            except LookupError:
-                report.provision_target = host.backend.get_pytest_id()
+        report.provision_target = self._target.name
+        start = getattr(item, "provision_cut_from", None)
+        if report.when == "call" and start is not None and self._facts is not None:
+            for command in dict.fromkeys(self._facts.cut[start:]):
+                note = (
+                    f"the host printed more than {OUTPUT_LIMIT // 1024} KiB for `{command[:60]}`: "
+                    "the check read only that much (cut)"
+                )
+                report.user_properties.append(("warning" if report.passed else "evidence", note))
 
     def pytest_runtest_logreport(self, report):
         check = getattr(report, "provision_check", None)
@@ -152,8 +148,8 @@ class VerifyPlugin:
                 check,
                 report.provision_title,
                 status,
-                detail,
-                tuple(evidence),
+                clean(detail, DETAIL_LIMIT),
+                tuple(clean(e, EVIDENCE_LIMIT) for e in evidence[:MAX_EVIDENCE]),
                 round(report.duration, 3),
             )
             self.results.append(result)
@@ -166,6 +162,7 @@ class VerifyPlugin:
             self._error(f"collecting checks failed: {_failure_text(report)}")
 
     def _error(self, text: str) -> None:
+        text = clean(text, DETAIL_LIMIT)
         self.errors.append(text)
         self._emit({"error": text})
 
@@ -182,19 +179,6 @@ class VerifyPlugin:
                     "not run; a command on the host hangs (provision doctor reads the kernel log)"
                 }
             )
-
-
-def _spec_matches(spec: str, pytest_id: str) -> bool:
-    """testinfra names a host <connection>://<hostname>; the spec may carry user, port, query."""
-    if spec.startswith("local://") or spec == "local":
-        return pytest_id == "local"
-    scheme, _, rest = spec.partition("://")
-    host = rest.split("?", 1)[0]
-    host_only = host.rsplit("@", 1)[-1]
-    bare = host_only.rsplit(":", 1)[0] if host_only.count(":") == 1 else host_only
-    return pytest_id in {f"{scheme}://{host}", f"{scheme}://{host_only}", f"{scheme}://{bare}"} or (
-        scheme == "ansible" and pytest_id.endswith("://" + host)
-    )
 
 
 def _check_id(item) -> str:

@@ -8,15 +8,45 @@ allows them (no `skipped` on <testsuites>), one <testsuite> per host. A testcase
 before a classname's last dot as the package, so `provision.verify.gpu1.example.com` would show a
 package `provision.verify.gpu1.example` holding a class `com`; this way every report shows the
 package `provision-verify`, one class per host, one test per check.
+
+Every text in a report may come from a host (evidence, a failure's detail, ssh's reason for an
+unreachable host): `clean` writes its control characters as escapes (a report shown in a terminal
+or a CI log cannot move the cursor, hide a line or reorder text) and bounds its length, and the
+JUnit file escapes whatever XML 1.0 cannot hold, so it stays valid whatever a host printed.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 from typing import Any, NamedTuple
 
 from provision.text import clip
+
+# C0 but tab and newline, DEL, C1, the line/paragraph separators, bidirectional overrides and
+# isolates, and what XML 1.0 forbids besides (U+FFFE, U+FFFF, lone surrogates)
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff\ufffe\uffff]")
+# what XML 1.0 cannot hold at all (its Char production), whatever the text
+_NOT_XML = re.compile(r"[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _escape(match: re.Match) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def clean(text: str, limit: int | None = None) -> str:
+    """``text`` with its control characters written as escapes (\\x1b, \\u202e), at most
+    ``limit`` characters (an ellipsis marks a cut)."""
+    text = _CONTROL.sub(_escape, str(text))
+    return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
+
+
+def xml_text(text: str) -> str:
+    """``text`` as XML 1.0 can hold it: characters it forbids written as escapes."""
+    return _NOT_XML.sub(_escape, str(text))
+
 
 SCHEMA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "schema")
 REPORT_VERSION = 1
@@ -119,6 +149,8 @@ class VerifyReport(NamedTuple):
         """JUnit XML: one testsuite per host, one testcase per check (and one for a host error)."""
         from xml.etree import ElementTree as ET
 
+        x = xml_text  # every text and attribute: what a host printed may hold what XML 1.0 cannot
+
         now = _iso(dt.datetime.now(dt.UTC).timestamp())
         root = ET.Element("testsuites", name="provision verify")
         host_errors = self.host_errors()
@@ -133,30 +165,30 @@ class VerifyReport(NamedTuple):
             suite = ET.SubElement(
                 root,
                 "testsuite",
-                name=host,
+                name=x(host),
                 tests=str(len(results) + bool(run.error)),
                 failures=str(counts["fail"]),
                 errors=str(int(bool(run.error))),
                 skipped=str(counts["skip"]),
                 time=f"{run.seconds or sum(r.seconds for r in results):.3f}",
                 timestamp=_iso(run.started) if run.started else now,
-                hostname=host,
+                hostname=x(host),
             )
             if run.error:
-                case = ET.SubElement(suite, "testcase", name="host", classname=self.classname(host), time="0.000")
+                case = ET.SubElement(suite, "testcase", name="host", classname=x(self.classname(host)), time="0.000")
                 kind = "HostUnreachable" if run.error.startswith("host unreachable") else "HostError"
-                ET.SubElement(case, "error", message=run.error[:500], type=kind).text = run.error
+                ET.SubElement(case, "error", message=x(run.error[:500]), type=kind).text = x(run.error)
             for r in results:
                 case = ET.SubElement(
-                    suite, "testcase", name=r.check, classname=self.classname(host), time=f"{r.seconds:.3f}"
+                    suite, "testcase", name=x(r.check), classname=x(self.classname(host)), time=f"{r.seconds:.3f}"
                 )
                 if r.status == "fail":
-                    ET.SubElement(case, "failure", message=r.detail[:500], type="CheckFailed").text = r.detail
+                    ET.SubElement(case, "failure", message=x(r.detail[:500]), type="CheckFailed").text = x(r.detail)
                 elif r.status == "skip":
-                    ET.SubElement(case, "skipped", message=r.detail[:500])
+                    ET.SubElement(case, "skipped", message=x(r.detail[:500]))
                 warned = [f"warning: {r.detail}"] if r.status == "warn" else []
                 if r.evidence or warned:
-                    ET.SubElement(case, "system-out").text = "\n".join(warned + list(r.evidence))
+                    ET.SubElement(case, "system-out").text = x("\n".join(warned + list(r.evidence)))
         for error in self.errors:
             suite = ET.SubElement(
                 root,
@@ -171,7 +203,7 @@ class VerifyReport(NamedTuple):
                 hostname="localhost",
             )
             case = ET.SubElement(suite, "testcase", name="run", classname="provision-verify.run", time="0.000")
-            ET.SubElement(case, "error", message=error[:500], type="RunError").text = error
+            ET.SubElement(case, "error", message=x(error[:500]), type="RunError").text = x(error)
         ET.indent(root)
         return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 

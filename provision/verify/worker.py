@@ -24,27 +24,29 @@ import pickle
 import sys
 from typing import Any, NamedTuple, TextIO
 
-from provision.hostpool import Budget, connection_error, remote_command, seed_ansible_inventory, share_connection
+from provision.hostpool import Budget, build_host, connection_error, remote_command, share_connection
 
 
 class Request(NamedTuple):
-    target: Any  # provision.verify.Target, hostvars as a plain dict
-    inventory: str | None
+    target: Any  # provision.verify.Target (its checked Connection), hostvars as a plain dict
     sudo: bool
     ssh_identity_file: str | None
     ssh_config: str | None
     only: list[str] | None
     host_timeout: float
     control_path: str | None = None  # the host's SSH control socket (hostpool.SharedSsh)
-    hostvars: dict[str, Any] | None = None  # with an inventory: this host's variables, as ansible-inventory read them
 
 
 def probe(host, budget: Budget) -> tuple[str | None, bool]:
     """(why the host runs no command, or None; whether it has coreutils timeout), in one round trip.
     The wrapper itself must work there (POSIX sh, kill -0 -PGID); if not, commands run bare and
-    only the local deadline bounds them."""
+    only the local deadline bounds them. The answer is a random token (a host's login shell
+    printing a fixed word cannot fake it)."""
+    from provision.verify.batch import new_token
+
+    token = new_token()
     wrapped = remote_command("true", budget.command_timeout())
-    command = f"if command -v timeout >/dev/null 2>&1; then ( {wrapped} ) >/dev/null 2>&1 && echo {_HAVE}; fi; true"
+    command = f"if command -v timeout >/dev/null 2>&1; then ( {wrapped} ) >/dev/null 2>&1 && echo {token}; fi; true"
     try:
         res = host.run(command)
     except Exception as exc:
@@ -52,26 +54,10 @@ def probe(host, budget: Budget) -> tuple[str | None, bool]:
     if res.rc != 0:
         lines = (res.stderr or res.stdout or "").strip().splitlines()
         return (lines[-1].strip() if lines else f"exit {res.rc}"), False
-    return None, _HAVE in res.stdout.split()
-
-
-_HAVE = "provision-timeout-works"
-
-
-def host_kwargs(request: Request) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {"sudo": request.sudo}
-    if request.inventory:
-        kwargs["ansible_inventory"] = request.inventory
-    if request.ssh_identity_file:
-        kwargs["ssh_identity_file"] = request.ssh_identity_file
-    if request.ssh_config:
-        kwargs["ssh_config"] = request.ssh_config
-    return kwargs
+    return None, token in (res.stdout or "").split()
 
 
 def run(request: Request, out: TextIO) -> int:
-    import testinfra
-
     from provision.tools import tools_on_path
     from provision.verify import run_checks
 
@@ -82,9 +68,12 @@ def run(request: Request, out: TextIO) -> int:
     budget = Budget(request.host_timeout)
     with tools_on_path():
         try:
-            if request.inventory and request.hostvars is not None:
-                seed_ansible_inventory(request.inventory, {request.target.name: request.hostvars})
-            host = testinfra.get_host(request.target.spec, **host_kwargs(request))
+            host = build_host(
+                request.target.connection,
+                sudo=request.sudo,
+                ssh_identity_file=request.ssh_identity_file,
+                ssh_config=request.ssh_config,
+            )
             share_connection(host, request.control_path)
         except Exception as exc:
             emit({"unreachable": connection_error(exc)})
@@ -93,18 +82,7 @@ def run(request: Request, out: TextIO) -> int:
         if why is not None:
             emit({"unreachable": why})
             return 0
-        rc = run_checks(
-            request.target,
-            inventory=request.inventory,
-            sudo=request.sudo,
-            ssh_identity_file=request.ssh_identity_file,
-            ssh_config=request.ssh_config,
-            only=request.only,
-            budget=budget,
-            have_timeout=have_timeout,
-            emit=emit,
-            control_path=request.control_path,
-        )
+        rc = run_checks(request.target, host, only=request.only, budget=budget, have_timeout=have_timeout, emit=emit)
     emit({"done": rc})
     return 0
 
@@ -114,10 +92,11 @@ def run(request: Request, out: TextIO) -> int:
 PRELOAD = (
     "pytest",
     "testinfra",
-    "testinfra.plugin",
+    "testinfra.host",
     "testinfra.backend.ssh",
-    "testinfra.backend.ansible",
-    "testinfra.utils.ansible_runner",
+    "testinfra.backend.local",
+    "testinfra.backend.docker",
+    "testinfra.backend.podman",
     "provision.verify",
     "provision.verify.plugin",
     "provision.verify.worker",

@@ -14,14 +14,15 @@ from pathlib import Path
 import pytest
 import testinfra
 
-from provision.hostpool import Budget
+from provision.hostpool import Budget, Connection
 from provision.plan.model import PlanRequest
 from provision.plan.resolve import resolve
 from provision.verify import Target, batch
 from provision.verify.checks import check_containers, check_driver, check_system
-from provision.verify.facts import KERNEL_LOG, HostFacts, Result, planned_commands
+from provision.verify.facts import KERNEL_LOG, HostFacts, Result, planned_commands, secure_boot_command
 
 LOCAL = testinfra.get_host("local://")
+SSH = Connection("ssh", "h")
 
 
 def run_batch(commands, *, left=60, share=20, kill_after=1):
@@ -170,7 +171,9 @@ def test_a_forged_token_on_the_host_falls_back_to_one_command_at_a_time(tmp_path
     daemon_json = tmp_path / "daemon.json"
     forged = {"runtimes": {"nvidia": {"path": "nvidia-container-runtime"}}, "note": f"\n{token} 9 e 0 40\n"}
     daemon_json.write_text(json.dumps(forged))
-    target = Target("local", "local://", plans["debian"], hostvars={"container_runtime_daemon_json": str(daemon_json)})
+    target = Target(
+        "local", Connection("local"), plans["debian"], hostvars={"container_runtime_daemon_json": str(daemon_json)}
+    )
     facts = HostFacts(LOCAL, target, budget=Budget(60), have_timeout=True)
     assert facts.prefetch({"docker-runtime", "os"}) == 0
     assert json.loads(facts.read(str(daemon_json))) == forged
@@ -259,7 +262,7 @@ def healthy(plan, mig=False, **override):
         "systemd-detect-virt": Res(1, "none\n"),
         "for f in /.dockerenv": Res(0, ""),
         "cat /etc/os-release": Res(0, f'ID={os_id}\nVERSION_ID="{plan.os.version}"\n'),
-        "od -An": Res(0, "   6   0   0   0   1\n"),
+        secure_boot_command({}): Res(0, "   6   0   0   0   1\n"),
         "modinfo -F signer nvidia": Res(0, "provision module signing key\n"),
         "grep -lsE": Res(0, "/etc/modprobe.d/blacklist-nouveau.conf\n"),
         "grep -E '^nouveau '": Res(1, ""),
@@ -342,7 +345,7 @@ def run_check(check, facts):
 def test_every_check_reads_the_same_from_one_round_trip(plans, name, target_args, override):
     plan = plans[name]
     script = healthy(plan, mig="mig" in target_args, **override)
-    target = Target("h", "ssh://h", plan, **target_args)
+    target = Target("h", SSH, plan, **target_args)
     alone = HostFacts(ScriptedHost(script), target)  # no deadline: each command on its own, as before
     batched = HostFacts(ScriptedHost(script), target, budget=Budget(120), have_timeout=True)
     assert batched.prefetch() == len(planned_commands(target))
@@ -363,7 +366,7 @@ def test_the_facts_come_back_as_they_were_printed(plans):
             )
         },
     )
-    facts = HostFacts(ScriptedHost(script), Target("h", "ssh://h", plan), budget=Budget(120), have_timeout=True)
+    facts = HostFacts(ScriptedHost(script), Target("h", SSH, plan), budget=Budget(120), have_timeout=True)
     facts.prefetch()
     assert facts.os_release == {"ID": "debian", "VERSION_ID": "12"}
     assert facts.container is None
@@ -388,7 +391,7 @@ def test_a_hung_nvidia_smi_in_the_batch_is_a_finding(plans):
     xid = "[ 8412.4] NVRM: Xid (PCI:0000:17:00): 79, pid=0, GPU has fallen off the bus.\n"
     script = healthy(plan, **{"nvidia-smi --query-gpu": Res(137, ""), KERNEL_LOG: Res(0, xid)})
     host = ScriptedHost(script, seconds={SMI_QUERY: 13})
-    facts = HostFacts(host, Target("h", "ssh://h", plan), budget=Budget(40), have_timeout=True)
+    facts = HostFacts(host, Target("h", SSH, plan), budget=Budget(40), have_timeout=True)
     facts.prefetch()
     assert facts.smi[0] == Result(137, "", "", 13)
     status, detail, evidence = run_check(check_driver.check_nvidia_smi, facts)
@@ -404,7 +407,7 @@ def test_a_command_whose_turn_came_after_the_deadline_says_so(plans):
 
     plan = plans["debian"]
     host = ScriptedHost(healthy(plan), not_run={SMI_QUERY})
-    facts = HostFacts(host, Target("h", "ssh://h", plan), budget=Budget(120), have_timeout=True)
+    facts = HostFacts(host, Target("h", SSH, plan), budget=Budget(120), have_timeout=True)
     facts.prefetch()
     assert facts.run(SMI_QUERY) == Result(124, "", batch.NOT_RUN, 0)
     assert run_check(check_driver.check_nvidia_smi, facts)[1].startswith("nvidia-smi did not answer in 0 s")
@@ -414,7 +417,7 @@ def test_a_command_whose_turn_came_after_the_deadline_says_so(plans):
 def test_a_command_the_cut_batch_did_not_reach_goes_alone(plans):
     plan = plans["debian"]
     host = ScriptedHost(healthy(plan))
-    facts = HostFacts(host, Target("h", "ssh://h", plan), budget=Budget(120), have_timeout=True)
+    facts = HostFacts(host, Target("h", SSH, plan), budget=Budget(120), have_timeout=True)
     commands = planned_commands(facts.target)
     real = host.run
 
@@ -433,7 +436,7 @@ def test_a_command_the_cut_batch_did_not_reach_goes_alone(plans):
 
 
 def test_only_the_selected_checks_commands_are_sent(plans):
-    target = Target("h", "ssh://h", plans["debian"], mig=MIG)
+    target = Target("h", SSH, plans["debian"], mig=MIG)
     few = planned_commands(target, {"os", "reachable"})
     assert few == ["true", *few[1:3], "cat /etc/os-release"]
     everything = planned_commands(target)
@@ -444,7 +447,7 @@ def test_only_the_selected_checks_commands_are_sent(plans):
 
 
 def test_no_batch_without_a_deadline_or_timeout_on_the_host(plans):
-    target = Target("h", "ssh://h", plans["debian"])
+    target = Target("h", SSH, plans["debian"])
     bare = ScriptedHost(healthy(plans["debian"]))
     assert HostFacts(bare, target, budget=Budget(120), have_timeout=False).prefetch() == 0
     assert HostFacts(bare, target).prefetch() == 0
@@ -459,7 +462,7 @@ def test_an_unreachable_host_still_says_why(plans):
         def run(self, command):
             raise RuntimeError(Res(255, "", "ssh: connect to host 127.0.0.9 port 22: Connection refused\n"))
 
-    facts = HostFacts(Down(), Target("h", "ssh://h", plans["debian"]), budget=Budget(60), have_timeout=True)
+    facts = HostFacts(Down(), Target("h", SSH, plans["debian"]), budget=Budget(60), have_timeout=True)
     assert facts.prefetch() == 0
     assert facts.unreachable.startswith("RuntimeError")  # sent alone again: the worker's probe words it
 
@@ -469,9 +472,7 @@ def test_past_the_deadline_a_check_runs_only_on_what_the_batch_answered(plans):
     from provision.verify.facts import SMI_QUERY
 
     plan = plans["debian"]
-    facts = HostFacts(
-        ScriptedHost(healthy(plan), not_run={SMI_QUERY}), Target("h", "ssh://h", plan), budget=Budget(120)
-    )
+    facts = HostFacts(ScriptedHost(healthy(plan), not_run={SMI_QUERY}), Target("h", SSH, plan), budget=Budget(120))
     assert not facts.answers("os")
     facts.prefetch()
     answered = {c.provision_check for c in CHECKS if facts.answers(c.provision_check)}

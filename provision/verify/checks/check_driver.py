@@ -9,7 +9,13 @@ import shlex
 import pytest
 
 from provision.verify.checks import assert_packages, check, fail
-from provision.verify.facts import FABRIC_MANAGER_VERSION, MIG_LGI, MODULE_OPTIONS_FILE
+from provision.verify.facts import FABRIC_MANAGER_VERSION, LINE_LIMIT, MIG_LGI, MODULE_OPTIONS_FILE
+from provision.verify.settings import flag
+
+
+def _first(text: str) -> str:
+    """The first line of what a command printed, at most LINE_LIMIT characters."""
+    return text.split("\n", 1)[0][:LINE_LIMIT].strip()
 
 
 def _need_smi(facts):
@@ -17,7 +23,7 @@ def _need_smi(facts):
     if res.timed_out is not None:
         pytest.skip(f"nvidia-smi did not answer in {res.timed_out} s (see the nvidia-smi check)")
     if res.rc != 0:
-        pytest.skip(f"nvidia-smi fails (see the nvidia-smi check): {res.text.splitlines()[0] if res.text else res.rc}")
+        pytest.skip(f"nvidia-smi fails (see the nvidia-smi check): {_first(res.text) or res.rc}")
     return gpus
 
 
@@ -34,7 +40,7 @@ def check_nvidia_smi(facts, plan, evidence):
             "(provision doctor names the cause)"
         )
     if res.rc != 0:
-        first = res.text.splitlines()[0] if res.text else f"exit {res.rc}"
+        first = _first(res.text) or f"exit {res.rc}"
         evidence(f"nvidia-smi: exit {res.rc}: {first}")
         fail(f"nvidia-smi fails: {first} (provision doctor names the cause)")
     if not gpus:
@@ -63,7 +69,7 @@ def check_gpus(facts, plan, target, evidence):
 
 @check("persistence", "persistence mode is on and nvidia-persistenced runs")
 def check_persistence(facts, target, evidence):
-    if not target.hostvars.get("nvidia_driver_persistenced", True):
+    if not flag(target.hostvars, "nvidia_driver_persistenced"):
         pytest.skip("nvidia_driver_persistenced is false for this host")
     active, enabled = facts.systemd("nvidia-persistenced")
     evidence(f"nvidia-persistenced: {active}, {enabled}")
@@ -83,7 +89,7 @@ def check_persistence(facts, target, evidence):
 @check("driver-packages", "the driver packages are at the planned version and held")
 def check_driver_packages(facts, plan, target, evidence):
     packages = list(plan.driver.packages) + (list(plan.fabric_manager.packages) if plan.fabric_manager else [])
-    assert_packages(facts, packages, bool(target.hostvars.get("nvidia_driver_hold", True)), evidence)
+    assert_packages(facts, packages, flag(target.hostvars, "nvidia_driver_hold"), evidence)
 
 
 @check("fabric-manager", "the fabric manager runs exactly when planned, at the driver's version")
@@ -97,8 +103,9 @@ def check_fabric_manager(facts, plan, evidence):
     if active != "active" or enabled != "enabled":
         fail(f"nvidia-fabricmanager is {active}/{enabled}: NVSwitch GPUs stay unusable for CUDA without it")
     res = facts.run(FABRIC_MANAGER_VERSION)
-    match = re.search(r"(\d+\.\d+(?:\.\d+)?)", res.out)
-    evidence(f"nv-fabricmanager --version: {res.text.splitlines()[0] if res.text else res.rc}")
+    first = _first(res.text)
+    match = re.search(r"(\d{1,4}\.\d{1,4}(?:\.\d{1,4})?)", res.out[:LINE_LIMIT])
+    evidence(f"nv-fabricmanager --version: {first or res.rc}")
     if not match or match.group(1) != plan.fabric_manager.version:
         fail(
             f"fabric manager {match.group(1) if match else 'version unknown'}; it must equal the driver "
@@ -111,7 +118,7 @@ def check_subnet_manager(facts, plan, target, evidence):
     sm = plan.subnet_manager
     if sm is None:
         pytest.skip("no NVLink Subnet Manager planned (not a fourth-generation NVSwitch host)")
-    if not target.hostvars.get("nvidia_driver_subnet_manager", True):
+    if not flag(target.hostvars, "nvidia_driver_subnet_manager"):
         pytest.skip("nvidia_driver_subnet_manager is false for this host")
     names = [*sm.packages, *sm.requires]
     found = facts.installed(names)
@@ -121,7 +128,7 @@ def check_subnet_manager(facts, plan, target, evidence):
     if missing:
         fail(f"{', '.join(missing)} not installed: {sm.service} cannot run the NVLink Subnet Manager")
     loose = [n for n in sm.packages if not found[n].held]
-    if target.hostvars.get("nvidia_driver_hold", True) and loose:
+    if flag(target.hostvars, "nvidia_driver_hold") and loose:
         fail(f"{', '.join(loose)} not held/versionlocked: an upgrade can replace it under Fabric Manager")
     if not facts.container:
         loaded = {line.split()[0] for line in (facts.read("/proc/modules") or "").splitlines() if line.strip()}
@@ -174,7 +181,7 @@ _LGI = re.compile(r"\|\s+(\d+)\s+MIG\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+):(\d+)\s+\|"
 
 @check("mig", "the MIG layout is the planned one")
 def check_mig(facts, target, evidence):
-    if not target.mig or not target.mig.get("provision_mig_enabled"):
+    if not target.mig or not flag(target.mig, "provision_mig_enabled"):
         pytest.skip("no MIG layout planned for this host")
     gpus = _need_smi(facts)
     modes = {g.index: (g.mig_current, g.mig_pending) for g in gpus}
@@ -187,7 +194,7 @@ def check_mig(facts, target, evidence):
         fail(f"MIG mode is off on GPU {', '.join(off)}")
     res = facts.run(MIG_LGI)
     if res.rc != 0:
-        fail(f"nvidia-smi mig -lgi fails: {res.text.splitlines()[0] if res.text else res.rc}")
+        fail(f"nvidia-smi mig -lgi fails: {_first(res.text) or res.rc}")
     found: dict[str, list[tuple[str, int]]] = {}
     for m in _LGI.finditer(res.out):
         found.setdefault(m.group(1), []).append((m.group(2), int(m.group(5))))

@@ -10,12 +10,15 @@ import pytest
 from provision.verify.checks import check, fail, kernel_check
 from provision.verify.facts import (
     DNF_KERNEL_SECURITY,
+    LINE_LIMIT,
     MODULE_SIGNER,
     NOUVEAU_BLACKLIST,
     NOUVEAU_LOADED,
+    SECURE_BOOT_ABSENT,
     secure_boot_command,
     secure_boot_path,
 )
+from provision.verify.settings import flag
 
 # /etc/os-release ID for each of the plan's distributions (Ansible's names).
 OS_RELEASE_IDS = {"Ubuntu": "ubuntu", "Debian": "debian", "Rocky": "rocky", "RedHat": "rhel"}
@@ -40,17 +43,35 @@ def check_os(facts, plan, evidence):
         fail(f"host runs {found_id} {found_version}; the plan is for {plan.os.name} ({want_id} {plan.os.version})")
 
 
+def secure_boot_state(res) -> tuple[str, str]:
+    """("enabled" | "disabled" | "absent" | "unknown", what was read) from secure_boot_command's
+    result. Only a variable that is not there is absent; one that is there but cannot be read
+    (permission denied, an I/O error), did not answer in time, or does not hold the 4 attribute
+    bytes and a 0/1 value is unknown: the check then fails closed."""
+    if res.timed_out is not None:
+        return "unknown", f"not read within {res.timed_out} s"
+    if res.rc == SECURE_BOOT_ABSENT:
+        return "absent", "absent (legacy BIOS boot, or firmware without Secure Boot)"
+    if res.rc != 0:
+        lines = [line.strip() for line in res.err.splitlines() if line.strip()]
+        return "unknown", f"unreadable ({lines[-1][:200] if lines else f'exit {res.rc}'})"
+    data = res.out.split()
+    if len(data) < 5 or not all(b.isdigit() for b in data[:5]) or data[4] not in ("0", "1"):
+        return "unknown", f"holds {' '.join(data[:8])[:80] or 'nothing'} (4 attribute bytes and 0 or 1 expected)"
+    return ("enabled" if data[4] == "1" else "disabled"), f"Secure Boot {'enabled' if data[4] == '1' else 'disabled'}"
+
+
 @check("secure-boot", "Secure Boot state allows the nvidia module to load")
 def check_secure_boot(facts, target, evidence):
     path = secure_boot_path(target.hostvars or {})
-    res = facts.run(secure_boot_command(target.hostvars or {}))
-    if res.rc != 0:
-        evidence(f"{path}: absent (legacy BIOS boot or no EFI variables)")
-        return
-    data = res.out.split()
-    enabled = len(data) >= 5 and data[4] == "1"  # 4 attribute bytes, then the value
-    evidence(f"{path}: Secure Boot {'enabled' if enabled else 'disabled'}")
-    if not enabled:
+    state, seen = secure_boot_state(facts.run(secure_boot_command(target.hostvars or {})))
+    evidence(f"{path}: {seen}")
+    if state == "unknown":
+        fail(
+            f"Secure Boot state unknown: {path} is {seen}; an unsigned nvidia module would not load if it is "
+            "enabled (read it as root: provision verify --sudo)"
+        )
+    if state != "enabled":
         return
     kernel_check(facts)
     signer = facts.run(MODULE_SIGNER)
@@ -66,7 +87,7 @@ def check_secure_boot(facts, target, evidence):
 
 @check("nouveau-blacklisted", "nouveau is blacklisted")
 def check_nouveau_blacklisted(facts, target, evidence):
-    if not target.hostvars.get("nvidia_driver_blacklist_nouveau", True):
+    if not flag(target.hostvars, "nvidia_driver_blacklist_nouveau"):
         pytest.skip("nvidia_driver_blacklist_nouveau is false for this host")
     res = facts.run(NOUVEAU_BLACKLIST)
     if res.rc != 0 or not res.out.strip():
@@ -83,7 +104,7 @@ def check_nouveau_not_loaded(facts, evidence):
     evidence("/proc/modules: no nouveau")
 
 
-_NVRM = re.compile(r"NVRM version:.*?(Open Kernel Module|Kernel Module).*?\s(\d+\.\d+(?:\.\d+)?)\s")
+_NVRM = re.compile(r"NVRM version:.*?(Open Kernel Module|Kernel Module).*?\s(\d{1,4}\.\d{1,4}(?:\.\d{1,4})?)\s")
 
 
 @check("kernel-module", "the nvidia kernel module is loaded at the planned version and flavour")
@@ -95,7 +116,7 @@ def check_kernel_module(facts, plan, evidence):
             "/proc/driver/nvidia/version is absent: the nvidia module is not loaded "
             "(run provision doctor for the cause: Secure Boot, no module for this kernel, nouveau)"
         )
-    first = text.strip().splitlines()[0] if text.strip() else ""
+    first = text.strip().splitlines()[0][:LINE_LIMIT] if text.strip() else ""  # the version line is ~100 characters
     evidence(f"/proc/driver/nvidia/version: {first}")
     match = _NVRM.search(first + " ")
     if not match:
@@ -112,19 +133,19 @@ def check_kernel_module(facts, plan, evidence):
 
 def _security_candidate(policy: str) -> tuple[str | None, str | None, bool]:
     """(installed, candidate, whether the candidate comes from a -security suite) from apt-cache policy."""
-    installed = re.search(r"^\s*Installed:\s*(\S+)", policy, re.M)
-    candidate = re.search(r"^\s*Candidate:\s*(\S+)", policy, re.M)
+    installed = re.search(r"^[ \t]*Installed:[ \t]*(\S+)", policy, re.M)
+    candidate = re.search(r"^[ \t]*Candidate:[ \t]*(\S+)", policy, re.M)
     inst = installed.group(1) if installed else None
     cand = candidate.group(1) if candidate else None
     if not cand or cand in ("(none)", inst):
         return inst, cand, False
-    block = re.search(rf"^\s*(?:\*\*\* )?{re.escape(cand)} \d+\n((?:\s{{8,}}.*\n?)*)", policy, re.M)
+    block = re.search(rf"^[ \t]*(?:\*\*\* )?{re.escape(cand)} \d+\n((?:[ \t]{{8,}}.*\n?)*)", policy, re.M)
     return inst, cand, bool(block and "-security" in block.group(1))
 
 
 @check("kernel-hold", "held kernel packages do not keep back a security update")
 def check_kernel_hold(facts, plan, target, evidence, warning):
-    if not target.hostvars.get("nvidia_driver_hold_kernel", True):
+    if not flag(target.hostvars, "nvidia_driver_hold_kernel"):
         pytest.skip("nvidia_driver_hold_kernel is false for this host: kernels move freely")
     if plan.os.pkg_manager == "apt":
         held = [p for p in sorted(facts.held_packages()) if re.match(r"linux-(image|headers|modules)", p)]
