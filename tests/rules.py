@@ -94,6 +94,13 @@ def violations(matrix: Matrix, plan: Plan) -> list[str]:  # noqa: PLR0915 - one 
     if plan.cuda.compatibility == "toolkit-driver":
         if drv < cuda.min_driver:
             out.append(f"driver {drv} < CUDA {cuda.version} minimum {cuda.min_driver}")
+    elif plan.cuda.compatibility == "forward-compat":
+        # the forward compatibility table: a listed base branch, data-center GPUs only
+        row = next((f for f in matrix.forward_compat if f.cuda == major_minor(cuda.version)), None)
+        if row is None or int(plan.driver.branch) not in row.branches:
+            out.append(f"R{plan.driver.branch} is no base branch of cuda-compat for CUDA {cuda.version}")
+        if any(g.segment != "data-center" for g in gpus):
+            out.append(f"forward compatibility planned for {req.gpu}, not a data-center GPU")
     else:
         floor = next(f for f in matrix.minor_compat if f.cuda_major == cuda.version.release[0])
         if drv < floor.min_driver:

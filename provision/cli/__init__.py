@@ -25,6 +25,8 @@ COMMANDS = {
     "doctor": "provision.cli.doctor:doctor_cmd",
     "gpus": "provision.cli.gpus:gpus_cmd",
     "mig": "provision.cli.mig:mig_group",
+    "runs-on": "provision.cli.runs:runs_on_cmd",
+    "check": "provision.cli.runs:check_cmd",
 }
 
 
@@ -43,6 +45,8 @@ SUMMARIES = {
     "mig": "Plan Multi-Instance GPU layouts (A100, H100, H200, B200).",
     "pin-base": "Resolve the plan's nvidia/cuda tags to their registry digests and record them.",
     "plan": "Resolve driver, kernel modules, CUDA, cuDNN, framework and image for an OS and a GPU.",
+    "runs-on": "List the CUDA releases, nvidia/cuda image sets and framework builds a driver runs.",
+    "check": "Check that every image assigned to a host group runs on that group's driver and GPU.",
     "render": "Write the Dockerfile and requirements.lock (framework images) for a plan's image.",
     "verify": "Check that hosts match their plan.",
 }

@@ -74,6 +74,7 @@ class Verdict(NamedTuple):
     mode: str  # native | minor-version | forward-compat | no
     reason: str
     limits: tuple[str, ...] = ()
+    short: str = ""  # the reason in a few words, for a table cell
 
     @property
     def runs(self) -> bool:
@@ -99,7 +100,7 @@ def decide(matrix: m.Matrix, needs: ImageNeeds, driver: Version, gpu: m.Gpu | No
     """The mode in which an image runs on a driver (and a GPU, when known), or why it does not."""
     sm_kind, sm_text = _sm(needs, gpu)
     if sm_kind is None:
-        return Verdict(NO, sm_text)
+        return Verdict(NO, sm_text, (), sm_text.split(" (", 1)[0].removeprefix("the image carries "))
     cuda = f"CUDA {needs.cuda}"
     if driver >= needs.min_driver or _major_of(matrix, driver) > needs.major:
         how = (
@@ -107,7 +108,8 @@ def decide(matrix: m.Matrix, needs: ImageNeeds, driver: Version, gpu: m.Gpu | No
             if driver >= needs.min_driver
             else f"driver {driver} serves a newer CUDA major than {needs.major}.x (backward compatibility)"
         )
-        return Verdict(NATIVE, f"{how}; {sm_text}")
+        short = f">= {needs.min_driver} (Table 3)" if driver >= needs.min_driver else "newer CUDA major"
+        return Verdict(NATIVE, f"{how}; {sm_text}", (), short)
     floor = matrix.minor_compat_floor(needs.major)
     minor_why = None
     if floor is not None and driver >= floor.min_driver:
@@ -117,6 +119,7 @@ def decide(matrix: m.Matrix, needs: ImageNeeds, driver: Version, gpu: m.Gpu | No
                 f"driver {driver} is below {cuda}'s minimum {needs.min_driver} but at or above the CUDA "
                 f"{needs.major}.x minor-version floor {floor.min_driver} (release notes, Table 2); {sm_text}",
                 MINOR_LIMITS,
+                f"< {needs.min_driver}, >= floor {floor.min_driver}",
             )
         minor_why = (
             f"minor-version compatibility (CUDA {needs.major}.x from {floor.min_driver}) does not JIT-compile the "
@@ -124,19 +127,28 @@ def decide(matrix: m.Matrix, needs: ImageNeeds, driver: Version, gpu: m.Gpu | No
         )
     forward = _forward(matrix, needs, driver, gpu)
     if forward is not None:
-        return Verdict(FORWARD, f"{forward}; {sm_text}", _forward_limits(needs))
+        package = f"cuda-compat-{needs.major}-{needs.cuda.release[1]}"
+        return Verdict(FORWARD, f"{forward}; {sm_text}", _forward_limits(needs), f"{package} on R{driver.release[0]}")
     below = f"driver {driver} is below {cuda}'s minimum {needs.min_driver} (release notes, Table 3)"
+    short = f"needs >= {needs.min_driver}"
     if minor_why is not None:
-        return Verdict(NO, f"{below}; {minor_why}")
+        return Verdict(NO, f"{below}; {minor_why}", (), f"{short} (PTX JIT)")
     if floor is None:
-        return Verdict(NO, f"{below}; no minor-version floor is catalogued for CUDA {needs.major}.x")
+        return Verdict(NO, f"{below}; no minor-version floor is catalogued for CUDA {needs.major}.x", (), short)
     if _major_of(matrix, driver) < needs.major:
         return Verdict(
             NO,
             f"{below}; it serves CUDA {_major_of(matrix, driver)}.x, an older major (minor-version compatibility "
             f"needs CUDA {needs.major}.x's floor {floor.min_driver}){_forward_note(matrix, needs, driver, gpu)}",
+            (),
+            f"{short} (CUDA {needs.major}.x)",
         )
-    return Verdict(NO, f"{below} and the CUDA {needs.major}.x minor-version floor {floor.min_driver} (Table 2)")
+    return Verdict(
+        NO,
+        f"{below} and the CUDA {needs.major}.x minor-version floor {floor.min_driver} (Table 2)",
+        (),
+        f"{short}, floor {floor.min_driver}",
+    )
 
 
 def _major_of(matrix: m.Matrix, driver: Version) -> int:

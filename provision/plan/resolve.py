@@ -38,6 +38,7 @@ from typing import NamedTuple
 
 from provision.errors import BadPin, InputError, NoCompatibleStack, UnknownId
 from provision.matrix import model as m
+from provision.matrix import runs_on
 from provision.plan.model import (
     Package,
     Plan,
@@ -178,10 +179,16 @@ class Candidate(NamedTuple):
 
 
 class CudaLink(NamedTuple):
-    """How the driver runs the CUDA release: its own minimum, or minor-version compatibility above floor."""
+    """How the driver runs the CUDA release, as provision.matrix.runs_on decided it."""
 
-    compat: str  # "toolkit-driver" | "minor-version"
-    floor: m.CudaRelease | None
+    compat: str  # "toolkit-driver" | "minor-version" | "forward-compat" (PlanCuda.compatibility)
+    floor: m.MinorCompat | None
+    verdict: runs_on.Verdict
+
+
+# runs_on's modes in the order the search accepts them, and how a plan records each
+TIERS = (runs_on.NATIVE, runs_on.MINOR, runs_on.FORWARD)
+PLAN_COMPAT = {runs_on.NATIVE: "toolkit-driver", runs_on.MINOR: "minor-version", runs_on.FORWARD: "forward-compat"}
 
 
 class CudnnChoice(NamedTuple):
@@ -463,10 +470,12 @@ def parse_pins(matrix: m.Matrix, request: PlanRequest) -> Pins:
 def _search(ctx: Context) -> Plan | None:
     """The first candidate stack that passes every rule, in the order of the module docstring.
 
-    A framework build is taken newest first if the driver runs it at all, natively or through
-    minor-version compatibility (a driver pinned to R535 gets torch 2.9.1's CUDA 12.8 build, not
-    an older native one); without a framework, minor-version compatibility is used only when no
-    CUDA release meets its toolkit minimum on any candidate driver."""
+    Whether the driver runs a CUDA release is provision.matrix.runs_on's answer: native, then
+    minor-version, then forward compatibility (the images' cuda-compat package, data-center GPUs
+    and the branches NVIDIA lists). A framework build is taken newest first if the driver runs it
+    at all, each build natively if it can (a driver pinned to R535 gets the newest PyTorch build it
+    runs, not an older native one); without a framework, a mode is used only when no CUDA release
+    runs in a preferred mode on any candidate driver."""
     drivers = list(_driver_candidates(ctx)) if ctx.memo is None else _memo_drivers(ctx, ctx.memo)
     if not drivers:
         return None
@@ -475,13 +484,14 @@ def _search(ctx: Context) -> Plan | None:
     builds = _framework_candidates(ctx)
     if ctx.pins.framework is not None and not builds:
         return None
+    tiers = range(len(TIERS))
     if builds:
-        order = ((drv, fw, minor) for drv in drivers for fw in builds for minor in (False, True))
+        order = ((drv, fw, tier) for drv in drivers for fw in builds for tier in tiers)
     else:
-        order = ((drv, (None, None), minor) for minor in (False, True) for drv in drivers)
-    for drv, (fw_release, build), allow_minor in order:
+        order = ((drv, (None, None), tier) for tier in tiers for drv in drivers)
+    for drv, (fw_release, build), tier in order:
         for cuda, image in _cuda_candidates(ctx, build):
-            plan = _try(ctx, Candidate(drv, fw_release, build, cuda, image), allow_minor=allow_minor)
+            plan = _try(ctx, Candidate(drv, fw_release, build, cuda, image), tier=tier)
             if plan is not None:
                 return plan
     return None
@@ -784,25 +794,28 @@ def _base_flavour(build: m.FrameworkBuild | None) -> str:
     return "base" if build.libraries == "wheels" else "cudnn-runtime"
 
 
-def _try(ctx: Context, cand: Candidate, *, allow_minor: bool) -> Plan | None:
+def _try(ctx: Context, cand: Candidate, *, tier: int) -> Plan | None:
     drv, _, build, cuda, image = cand
     version = drv.release.version
-    compat = "toolkit-driver"
     major = cuda.version.release[0]
     floor = _kept(ctx, ("minor-compat", major), ctx.matrix.minor_compat_floor, major)
-    if version < cuda.min_driver:
-        if allow_minor and floor is not None and version >= floor.min_driver:
-            compat = "minor-version"
-        else:
-            extra = ""
-            if floor is not None and version >= floor.min_driver:
-                extra = f"; minor-version compatibility (>= {floor.min_driver}) is kept for when no stack meets it"
-            ctx.drop(
-                _combo(ctx, cand),
-                f"CUDA {cuda.version} needs driver >= {cuda.min_driver} (release notes, Table 3){extra}",
-                "cuda-driver",
-            )
-            return None
+    needs = _kept(ctx, ("image-needs", cuda.version, build, ctx.host), _image_needs, ctx.matrix, cuda, build, ctx.host)
+    verdict = _kept(
+        ctx, ("runs-on", needs, version, ctx.gpu_id), runs_on.decide, ctx.matrix, needs, version, ctx.gpus[0]
+    )
+    if verdict.mode == runs_on.NO or TIERS.index(verdict.mode) > tier:
+        extra = ""
+        if verdict.mode != runs_on.NO:
+            extra = f"; {verdict.mode} compatibility ({verdict.short}) is kept for when no stack meets it"
+        elif version >= cuda.min_driver or (floor is not None and version >= floor.min_driver):
+            extra = f" ({verdict.reason})"  # the driver would do, but not for the GPU's code
+        ctx.drop(
+            _combo(ctx, cand),
+            f"CUDA {cuda.version} needs driver >= {cuda.min_driver} (release notes, Table 3){extra}",
+            "cuda-driver",
+        )
+        return None
+    compat = PLAN_COMPAT[verdict.mode]
     cudnn_version, origin = _cudnn_for(ctx, build, image, cuda.version)
     if ctx.pins.cudnn is not None:
         if cudnn_version is None:
@@ -844,7 +857,20 @@ def _try(ctx: Context, cand: Candidate, *, allow_minor: bool) -> Plan | None:
             cudnn_version, cudnn_reason = None, f"the images' cuDNN {image.cudnn_version} is left out: {why}"
         else:
             cudnn_reason = why
-    return _build_plan(ctx, cand, CudaLink(compat, floor), CudnnChoice(cudnn_version, origin, cudnn_reason))
+    return _build_plan(ctx, cand, CudaLink(compat, floor, verdict), CudnnChoice(cudnn_version, origin, cudnn_reason))
+
+
+def _image_needs(
+    matrix: m.Matrix, cuda: m.CudaRelease, build: m.FrameworkBuild | None, host: str
+) -> runs_on.ImageNeeds:
+    """What a candidate's image asks of the driver: its CUDA release and the SMs its framework
+    build's wheels for the host architecture carry (without a framework: what the CUDA builds for)."""
+    if build is None:
+        return runs_on.needs_for_cuda(matrix, cuda)
+    sass, ptx, _ = build.sms_for(host)
+    return runs_on.ImageNeeds(
+        cuda.version, cuda.min_driver, tuple(sass) if sass else None, ptx, runs_on.cuda_targets(matrix, cuda.version)
+    )
 
 
 def _combo(ctx: Context, cand: Candidate) -> str:
@@ -1178,13 +1204,19 @@ def _cuda_part(ctx: Context, cand: Candidate, link: CudaLink) -> tuple[PlanCuda,
     if link.compat == "toolkit-driver":
         cuda_why = f"needs driver >= {cuda.min_driver} (release notes, Table 3); {version} meets it"
         driver_floor = str(cuda.min_driver)
-    else:
+    elif link.compat == "minor-version":
         cuda_why = (
             f"needs driver >= {cuda.min_driver} for the full toolkit; {version} relies on CUDA minor-version "
             f"compatibility (CUDA {cuda.version.release[0]}.x runs on >= {link.floor.min_driver}, "
             "without PTX JIT of newer PTX)"
         )
         driver_floor = str(link.floor.min_driver)
+    else:
+        cuda_why = (
+            f"needs driver >= {cuda.min_driver} for the full toolkit; {version} runs it through forward "
+            f"compatibility: {link.verdict.reason}; {'; '.join(link.verdict.limits)}"
+        )
+        driver_floor = _forward_floor(ctx.matrix, cuda)
     pick = "pinned" if ctx.pins.cuda else ("the framework build's CUDA" if cand.build else "newest release")
     if not ctx.pins.cuda and not cand.image.past_eol(ctx.matrix.as_of):
         pick += " with image sets not past end of life"
@@ -1197,6 +1229,14 @@ def _cuda_part(ctx: Context, cand: Candidate, link: CudaLink) -> tuple[PlanCuda,
     targets = _kept(ctx, ("cuda-targets", cuda.version), _cuda_targets, ctx.matrix, cuda.version)
     part = PlanCuda(str(cuda.version), cuda.label, str(cuda.min_driver), link.compat, targets or None)
     return part, driver_floor, why
+
+
+def _forward_floor(matrix: m.Matrix, cuda: m.CudaRelease) -> str:
+    """The oldest catalogued driver a forward-compat image runs on: the first release of the oldest
+    base branch its cuda-compat package supports (on a data-center GPU)."""
+    row = next(f for f in matrix.forward_compat if f.cuda == major_minor(cuda.version))
+    releases = [r.version for b in matrix.drivers if b.branch in row.branches for r in b.releases]
+    return str(min(releases))
 
 
 def _cuda_targets(matrix: m.Matrix, version: Version) -> tuple[str, ...]:

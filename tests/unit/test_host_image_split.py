@@ -151,9 +151,26 @@ def test_a_pinned_driver_gets_the_newest_framework_build_it_runs(real_matrix):
             resolve(
                 real_matrix, PlanRequest("ubuntu22.04", "t4", driver="535", framework=f"pytorch=={release.version}")
             )
-    assert plan.cuda.compatibility == "minor-version"
-    assert any(r.component == "cuda" and "minor-version compatibility" in r.text for r in plan.reasons)
+    # T4 is a data-center GPU: past minor-version compatibility, the images' cuda-compat package
+    # (forward compatibility) runs CUDA 13 builds on R535 too
+    assert plan.cuda.compatibility in ("minor-version", "forward-compat")
+    assert any(r.component == "cuda" and "compatibility" in r.text for r in plan.reasons)
     assert V(plan.framework.version) >= V("2.9.1")
+
+
+def test_a_pinned_driver_on_a_consumer_gpu_stops_at_minor_version(real_matrix):
+    """Forward compatibility serves data-center GPUs only: an RTX 4090 on R535 gets the newest
+    CUDA 12 build (minor-version compatibility), never a CUDA 13 one."""
+    plan = resolve(real_matrix, PlanRequest("ubuntu22.04", "rtx-4090", driver="535", framework="pytorch"))
+    assert plan.cuda.compatibility == "minor-version"
+    assert plan.cuda.version.startswith("12.")
+    torch = real_matrix.framework("pytorch")
+    for release in (r for r in torch.releases if r.version > V(plan.framework.version)):
+        with pytest.raises(NoCompatibleStack):
+            resolve(
+                real_matrix,
+                PlanRequest("ubuntu22.04", "rtx-4090", driver="535", framework=f"pytorch=={release.version}"),
+            )
 
 
 def test_without_a_framework_native_cuda_still_comes_first(real_matrix):
