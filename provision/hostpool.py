@@ -34,7 +34,6 @@ import re
 import shlex
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from provision.errors import InputError
@@ -69,6 +68,7 @@ class Outcome(NamedTuple):
     stderr: str
     seconds: float
     started: float  # time.time() when the worker started (reports show hosts ran side by side)
+    cut: bool = False  # with run_jobs(limit=N): a stream held more than N bytes; the first N are kept
 
     @property
     def timed_out(self) -> bool:
@@ -673,10 +673,17 @@ def _backend_classes() -> dict[str, type]:
 
 
 def build_host(
-    connection: Connection, *, sudo: bool = False, ssh_identity_file: str | None = None, ssh_config: str | None = None
+    connection: Connection,
+    *,
+    sudo: bool = False,
+    ssh_identity_file: str | None = None,
+    ssh_config: str | None = None,
+    output_limit: int = OUTPUT_LIMIT,
 ):
     """The testinfra Host for ``connection``, its backend made with explicit arguments (no URL).
-    ``sudo``: run every command through sudo (as --sudo; the inventory's become does too)."""
+    ``sudo``: run every command through sudo (as --sudo; the inventory's become does too);
+    ``output_limit``: bytes of each stream of a command read (the rest dropped, the result's
+    ``cut`` set; Ansible-run connections are not bounded)."""
     import testinfra.host
 
     classes = _backend_classes()
@@ -701,6 +708,8 @@ def build_host(
         )
     else:
         raise ValueError(f"unknown connection kind {connection.kind!r}")
+    if hasattr(backend, "output_limit"):
+        backend.output_limit = output_limit
     host = testinfra.host.Host(backend)
     backend.set_host(host)
     return host
@@ -809,9 +818,14 @@ def run_jobs(
     env: dict[str, str] | None = None,
     on_done: Callable[[Outcome], None] | None = None,
     preload: Sequence[str] = (),
+    limit: int | None = None,
 ) -> list[Outcome]:
     """Run the jobs, at most ``forks`` at once, each for at most ``timeout`` seconds; the outcomes
     come back in the jobs' order. An interrupt (Ctrl-C) ends every running job's group.
+
+    ``limit``: keep at most that many bytes of each job's stdout and of its stderr (the rest is
+    read and dropped; Outcome.cut says so), so that a job relaying what a host prints (an ssh
+    client running a collector) holds bounded memory whatever the host sends.
 
     With ``preload``, and more than one job, each with an ``entry``, the ``preload`` modules are
     imported here once and each job runs as a child forked from this process (_fork_jobs): a
@@ -823,7 +837,7 @@ def run_jobs(
     import threading
 
     if preload and len(jobs) > 1 and all(job.entry for job in jobs) and hasattr(os, "fork"):
-        return _fork_jobs(jobs, forks=forks, timeout=timeout, env=env, on_done=on_done, preload=preload)
+        return _fork_jobs(jobs, forks=forks, timeout=timeout, env=env, on_done=on_done, preload=preload, limit=limit)
     live: dict[int, subprocess.Popen] = {}
     lock = threading.Lock()
 
@@ -839,17 +853,21 @@ def run_jobs(
         )
         with lock:
             live[proc.pid] = proc
+        cut = False
         try:
-            try:
-                out, err = proc.communicate(job.stdin, timeout=timeout)
-                rc: int | None = proc.returncode
-            except subprocess.TimeoutExpired:
-                out, err = stop_group(proc)
-                rc = None
+            if limit is not None:
+                rc, out, err, cut = _communicate_bounded(proc, job.stdin, timeout, limit)
+            else:
+                try:
+                    out, err = proc.communicate(job.stdin, timeout=timeout)
+                    rc = proc.returncode
+                except subprocess.TimeoutExpired:
+                    out, err = stop_group(proc)
+                    rc = None
         finally:
             with lock:
                 live.pop(proc.pid, None)
-        result = _outcome(job, rc, (out, err), t0, started)
+        result = _outcome(job, rc, (out, err), t0, started, cut=cut)
         if on_done is not None:
             on_done(result)
         return result
@@ -874,9 +892,62 @@ def run_jobs(
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _outcome(job: Job, rc: int | None, output: tuple[bytes, bytes], t0: float, started: float) -> Outcome:
+def _outcome(
+    job: Job, rc: int | None, output: tuple[bytes, bytes], t0: float, started: float, *, cut: bool = False
+) -> Outcome:
     out, err = (data.decode("utf-8", "replace") for data in output)
-    return Outcome(job.name, rc, out, err, round(time.monotonic() - t0, 3), started)
+    return Outcome(job.name, rc, out, err, round(time.monotonic() - t0, 3), started, cut)
+
+
+def _communicate_bounded(proc, stdin: bytes, timeout: float, limit: int) -> tuple[int | None, bytes, bytes, bool]:
+    """proc.communicate with at most ``limit`` bytes kept of each stream (one thread per stream
+    reads on and drops the rest); at the deadline the group is ended as stop_group ends it.
+    (exit status or None at the deadline, stdout, stderr, cut)."""
+    import contextlib
+    import signal
+    import subprocess
+    import threading
+
+    kept: dict[str, tuple[bytes, bool]] = {}
+
+    def drain(name: str, stream) -> None:
+        buffer, cut = bytearray(), False
+        with contextlib.suppress(OSError, ValueError):
+            for chunk in iter(lambda: stream.read1(65536), b""):
+                room = max(0, limit - len(buffer))
+                buffer += chunk[:room]
+                cut = cut or len(chunk) > room
+        kept[name] = (bytes(buffer), cut)
+
+    readers = [
+        threading.Thread(target=drain, args=(n, s), daemon=True)
+        for n, s in (("out", proc.stdout), ("err", proc.stderr))
+    ]
+    for reader in readers:
+        reader.start()
+    with contextlib.suppress(OSError):
+        if stdin:
+            proc.stdin.write(stdin)
+        proc.stdin.close()
+    rc: int | None
+    try:
+        rc = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        rc = None
+        _kill_group(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=KILL_GRACE)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+    for reader in readers:
+        reader.join(timeout=KILL_GRACE)
+    for stream in (proc.stdout, proc.stderr):  # a grandchild that left the group still holds it
+        with contextlib.suppress(OSError):
+            stream.close()
+    out, out_cut = kept.get("out", (b"", False))
+    err, err_cut = kept.get("err", (b"", False))
+    return rc, out, err, out_cut or err_cut
 
 
 # -- workers forked from this process, their modules imported once ---------------------------------
@@ -899,6 +970,7 @@ def _fork_jobs(
     env: dict[str, str] | None,
     on_done: Callable[[Outcome], None] | None,
     preload: Sequence[str],
+    limit: int | None = None,
 ) -> list[Outcome]:
     """run_jobs for jobs with an ``entry``: ``preload`` imported here once, then each job a child
     forked from this thread (no other thread of run_jobs' runs, so none holds a lock the child
@@ -933,8 +1005,11 @@ def _fork_jobs(
                         _kill_group(pid, signal.SIGKILL, reaped=True)
                     rc = None if late_stop else os.waitstatus_to_exitcode(status)
                     del running[pid]
-                    output = tuple(Path(path).read_bytes() for path in child.paths)
-                    results[child.index] = outcome = _outcome(jobs[child.index], rc, output, child.t0, child.started)
+                    output = tuple(_read_file(path, limit) for path in child.paths)
+                    cut = limit is not None and any(len(data) > limit for data in output)
+                    output = tuple(data[:limit] if limit is not None else data for data in output)
+                    outcome = _outcome(jobs[child.index], rc, output, child.t0, child.started, cut=cut)  # type: ignore[arg-type]
+                    results[child.index] = outcome
                     if on_done is not None:
                         on_done(outcome)
                 elif late and pid not in stopped:
@@ -950,6 +1025,12 @@ def _fork_jobs(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return [r for r in results if r is not None]
+
+
+def _read_file(path: str, limit: int | None) -> bytes:
+    """A forked child's output file, at most ``limit`` + 1 bytes of it (one more says it was cut)."""
+    with open(path, "rb") as handle:
+        return handle.read() if limit is None else handle.read(limit + 1)
 
 
 def _entry_function(entry: str) -> Callable[[bytes], int]:

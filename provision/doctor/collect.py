@@ -236,7 +236,9 @@ def _worker(argv: list[str]) -> int:
     given = sys.stdin.read()  # this host's inventory variables, as JSON (collect_remote)
     try:
         hostvars = json.loads(given) if given.strip() else inventory_hostvars(inventory, name)
-        host = build_host(inventory_connection(name, hostvars, inventory=inventory), sudo=sudo)
+        # the collector prints more than a verify command (a 5000-line kernel log, nvidia-smi -q -x):
+        # read up to 64 MiB of it, not build_host's 1 MiB
+        host = build_host(inventory_connection(name, hostvars, inventory=inventory), sudo=sudo, output_limit=64 << 20)
         res = host.run(remote_script(budget))
     except Exception as exc:
         sys.stderr.write(connection_error(exc) + "\n")

@@ -408,3 +408,42 @@ def test_doctor_reads_ssh_hosts_with_one_ssh_client_each(tmp_path, monkeypatch):
     # started by this process (through sh at most), not by a Python worker in between
     parents = Path(f"{log}.parents").read_text().split("\n")
     assert all(str(os.getpid()) in line.split() for line in parents if line.strip()), parents
+
+
+# -- what a job prints is bounded when asked ---------------------------------------------------------
+FLOOD = [sys.executable, "-c", "import sys; sys.stdout.write('x' * (5 << 20)); sys.stderr.write('e' * 10)"]
+
+
+def test_a_job_keeps_at_most_limit_bytes_of_each_stream():
+    (outcome,) = run_jobs([Job("h", FLOOD)], timeout=60, limit=1 << 20)
+    assert (outcome.rc, len(outcome.stdout), outcome.stderr, outcome.cut) == (0, 1 << 20, "e" * 10, True)
+    (whole,) = run_jobs([Job("h", FLOOD)], timeout=60)
+    assert (len(whole.stdout), whole.cut) == (5 << 20, False)
+
+
+def entry_flood(stdin: bytes) -> int:
+    sys.stdout.write("x" * int(stdin))
+    return 0
+
+
+def test_forked_jobs_keep_at_most_limit_bytes():
+    jobs = [forked_job("big", entry_flood, str(3 << 20).encode()), forked_job("small", entry_flood, b"10")]
+    big, small = run_jobs(jobs, forks=2, timeout=60, preload=PRELOAD, limit=1 << 20)
+    assert (len(big.stdout), big.cut) == (1 << 20, True)
+    assert (small.stdout, small.cut) == ("x" * 10, False)
+
+
+def test_a_job_that_prints_without_end_stops_at_its_deadline_with_bounded_output():
+    t0 = time.monotonic()
+    (outcome,) = run_jobs([Job("h", ["sh", "-c", "trap '' TERM; yes"])], timeout=2, limit=1 << 16)
+    assert outcome.timed_out
+    assert outcome.cut
+    assert len(outcome.stdout) == 1 << 16
+    assert time.monotonic() - t0 < 2 + 2 * KILL_GRACE + 3
+
+
+def test_a_built_host_reads_at_most_its_output_limit():
+    host = build_host(Connection("local"), output_limit=1000)
+    res = host.run("head -c 5000 /dev/zero | tr '\\0' x; echo done >&2")
+    assert (res.rc, len(res.stdout), res.stderr, res.cut) == (0, 1000, "done\n", True)
+    assert build_host(Connection("local")).run("head -c 5000 /dev/zero | tr '\\0' x").cut is False
