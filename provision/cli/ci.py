@@ -5,6 +5,7 @@ import os
 
 import click
 
+from provision import __version__
 from provision.cli.common import check_output, write_output
 from provision.errors import InputError
 
@@ -26,17 +27,62 @@ _plan_options = [
         type=click.Path(dir_okay=False),
         help="provision pin-base's file: every job builds FROM its base by digest.",
     ),
+    click.option(
+        "--registry",
+        metavar="HOST[:PORT][/PATH]",
+        help="The mirror of nvidia/cuda the --base-digests file was pinned through (pin-base --registry).",
+    ),
+    click.option(
+        "--tool-lock",
+        type=click.Path(dir_okay=False),
+        help="The hash lock the jobs install gpu-provision from, in the repository (default: gpu-provision.lock "
+        "beside the pipeline); reused when it pins this version, else resolved and written.",
+    ),
+    click.option(
+        "--tool-index-url",
+        metavar="URL",
+        envvar="PROVISION_TOOL_INDEX_URL",
+        help="The package index serving gpu-provision at this version, which the tool lock is resolved from "
+        "and names (default: pypi.org; env: PROVISION_TOOL_INDEX_URL).",
+    ),
 ]
 
 
-def write_pipeline(out: str, text: str, locks: dict[str, str], root: str) -> None:
-    """The new lock files first (each written whole), then the pipeline that names them."""
-    for relative, lock_text in sorted(locks.items()):
-        path = os.path.join(root, relative)
+def check_out(out: str) -> list[str]:
+    """The pipeline's --out, checked before any work; the folders to create when it is written: a
+    missing .github/workflows of an existing directory (a fresh repository has none), nothing else."""
+    parent = os.path.dirname(os.path.abspath(out))
+    github = os.path.dirname(parent)
+    if (
+        os.path.basename(parent) == "workflows"
+        and os.path.basename(github) == ".github"
+        and os.path.isdir(os.path.dirname(github))
+        and not os.path.lexists(parent)
+        and (not os.path.lexists(github) or (os.path.isdir(github) and not os.path.islink(github)))
+    ):
+        return [d for d in (github, parent) if not os.path.lexists(d)]
+    check_output(out, "--out")
+    return []
+
+
+def write_pipeline(out: str, pipeline, folders: list[str]) -> None:
+    """The files the pipeline needs first (each written whole), then the pipeline that names them;
+    each one reported once ("wrote PATH")."""
+    for relative, text in sorted(pipeline.files.items()):
+        path = os.path.join(pipeline.root, relative)
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        write_output(path, lock_text, "--locks")
-        click.echo(f"wrote {relative}")
-    write_output(out, text, "--out")
+        shown = os.path.relpath(path)
+        path = path if shown.startswith(os.pardir) else shown  # reported as given: relative to here when inside
+        write_output(path, text, "--tool-lock" if relative == pipeline.tool.path else "--locks")
+    if pipeline.tool.replaced:
+        click.echo(
+            f"note: {pipeline.tool.path} pinned gpu-provision {pipeline.tool.replaced}; resolved again for "
+            f"{__version__}, the version that generated the pipeline",
+            err=True,
+        )
+    for folder in folders:
+        os.makedirs(folder, exist_ok=True)
+    write_output(out, pipeline.text, "--out")
 
 
 def plan_options(func):
@@ -64,13 +110,15 @@ def ci_group():
 )
 def ci_github_cmd(*, plans, plans_dir, out, **options):
     """Write a GitHub Actions workflow: one BuildKit job per distinct image (plans that render the
-    same build context share it), with a layer cache, SBOM and provenance, actions pinned by commit."""
-    from provision.images.ci import github_workflow, repository_root
+    same build context share it), with a layer cache, SBOM and provenance, actions pinned by commit.
 
-    check_output(out, "--out")
-    text, new_locks = github_workflow(list(plans), plans_dir, out=out, **options)
-    write_pipeline(out, text, new_locks, repository_root(out, (".github", "workflows")))
-    click.echo(out)
+    The jobs install gpu-provision at this version from a hash lock written beside the workflow
+    (gpu-provision.lock, resolved from --tool-index-url), so the workflow runs in any repository.
+    A missing .github/workflows folder is created."""
+    from provision.images.ci import github_workflow
+
+    folders = check_out(out)
+    write_pipeline(out, github_workflow(list(plans), plans_dir, out=out, **options), folders)
     return 0
 
 
@@ -91,7 +139,10 @@ def ci_github_cmd(*, plans, plans_dir, out, **options):
 @click.option("--out", default=".gitlab-ci.yml", show_default=True, type=click.Path(dir_okay=False))
 def ci_gitlab_cmd(*, plans, plans_dir, images, out, **options):
     """Write a .gitlab-ci.yml: per distinct image, render -> BuildKit build (docker:dind) -> image lock,
-    with job images pinned by digest, a registry layer cache, SBOM and provenance."""
+    with job images pinned by digest, a registry layer cache, SBOM and provenance.
+
+    The jobs install gpu-provision at this version from a hash lock written beside the pipeline
+    (gpu-provision.lock, resolved from --tool-index-url), so the pipeline runs in any repository."""
     from provision.images.ci import gitlab_pipeline
 
     check_output(out, "--out")
@@ -103,9 +154,7 @@ def ci_gitlab_cmd(*, plans, plans_dir, images, out, **options):
                 f"--image {item!r} is not NAME=REF", hint="e.g. --image docker=docker:29.8.0-dind@sha256:…"
             )
         overrides[name] = ref
-    text, new_locks = gitlab_pipeline(list(plans), plans_dir, out=out, images=overrides, **options)
-    write_pipeline(out, text, new_locks, os.path.dirname(os.path.abspath(out)))
-    click.echo(out)
+    write_pipeline(out, gitlab_pipeline(list(plans), plans_dir, out=out, images=overrides, **options), [])
     return 0
 
 

@@ -4,8 +4,14 @@ Both build each distinct image once. Plans are rendered at generation time; plan
 contexts are identical (the same Dockerfile and requirements: images carry no GPU or plan id) share
 one job, and the job re-renders in CI and refuses to build when the context no longer matches the
 content digest it was generated for. Builds run on BuildKit with a layer cache, SBOM and provenance
-attestations; pushes happen only from the default branch and tags; the tool itself is installed
-from the checked-out repository under its own hash-locked requirements.
+attestations; pushes happen only from the default branch and tags. The tool itself is installed at
+the version that generated the pipeline, hash-locked, from gpu-provision.lock written beside the
+pipeline (provision/images/toollock.py): the pipeline needs no file of provision's own repository.
+
+Every file read from the repository (plans, committed locks, base-digest files, build contexts,
+buildx metadata) is read as untrusted (provision.documents: never through a symbolic link, bounded,
+content never echoed in an error); every file written replaces a symbolic link planted at its path,
+and no file is written through a linked directory inside the repository.
 """
 
 from __future__ import annotations
@@ -17,11 +23,12 @@ import re
 import tempfile
 from typing import Any, NamedTuple
 
+from provision import __version__
 from provision.errors import CompatDataError, InputError
+from provision.images import toollock
 from provision.plan.model import Plan, read_plan
 from provision.resources import compat_dir
 
-TOOL_LOCK = "requirements/provision.lock"
 ACTIONS_FILE = "ci_actions.yaml"
 OWNER_PLACEHOLDER = "${{ github.repository_owner }}"
 CONTEXT_DIR = "build-context"
@@ -32,6 +39,8 @@ LOCKS_DIR = "image-locks"  # committed requirements.lock files, one per readable
 RENDER = 'provision render --plan "$PLAN" --variant "$VARIANT" ${LOCK:+--lock-file "$LOCK"} ${BASE:+--base-image "$BASE"} --out'
 # what a path in a pipeline may look like: relative, inside the repository, no shell or YAML syntax
 SAFE_PATH = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./-]{0,250}$")
+# the pipeline's own files may also live in dot-folders (.github/workflows); never a `.` or `..` part
+REPO_FILE = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_./-]{0,250}$")
 
 
 class Job(NamedTuple):
@@ -87,7 +96,11 @@ def load_actions(directory: str | None = None) -> dict[str, Any]:
 def plan_files(plans: list[str], plans_dir: str | None) -> list[str]:
     files = list(plans)
     if plans_dir:
-        found = sorted(glob.glob(os.path.join(plans_dir, "*.lock.json")))
+        if os.path.islink(plans_dir.rstrip("/") or "/"):
+            raise InputError(
+                f"--plans {plans_dir!r} is a symbolic link", hint="give the directory itself: links are not followed"
+            )
+        found = sorted(glob.glob(os.path.join(glob.escape(plans_dir), "*.lock.json")))
         if not found:
             raise InputError(f"no *.lock.json plans in {plans_dir!r}", hint="write them with provision plan --lock")
         files += found
@@ -106,19 +119,36 @@ def repository_root(out: str, ci_dir: tuple[str, ...]) -> str:
     return os.getcwd()
 
 
-def relative_plan(path: str, root: str) -> str:
+def relative_plan(path: str, root: str, what: str = "plan", pattern: re.Pattern[str] = SAFE_PATH) -> str:
     relative = os.path.relpath(os.path.abspath(path), root)
     if relative == os.pardir or relative.startswith(os.pardir + os.sep):
         raise InputError(
-            f"plan {path!r} is outside the repository ({root})",
-            hint="commit the plans inside the repository the pipeline builds from",
+            f"{what} {path!r} is outside the repository ({root})",
+            hint=f"keep the {what} inside the repository the pipeline builds from",
         )
     relative = relative.replace(os.sep, "/")
-    if not SAFE_PATH.fullmatch(relative) or ".." in relative.split("/"):
+    if not pattern.fullmatch(relative) or {".", ".."} & set(relative.split("/")):
         raise InputError(
-            f"plan path {relative!r} cannot be used in a pipeline",
-            hint="name plan files with letters, digits, '.', '_', '-' and '/' only",
+            f"{what} path {relative!r} cannot be used in a pipeline",
+            hint="name files with letters, digits, '.', '_', '-' and '/' only",
         )
+    return relative
+
+
+def check_repository_path(root: str, relative: str, flag: str, *, folder: bool = False) -> str:
+    """`relative` names a path inside `root` reached through no symbolic link (a linked folder would
+    carry a file written there out of the repository); the last part of a file's path may be a link,
+    which the writer replaces."""
+    if not REPO_FILE.fullmatch(relative) or {".", ".."} & set(relative.split("/")):
+        raise InputError(f"{flag} {relative!r} is not a repository-relative path", hint="e.g. image-locks")
+    parts = relative.split("/")
+    for depth in range(1, len(parts) + folder):
+        folder = os.path.join(root, *parts[:depth])
+        if os.path.islink(folder):
+            raise InputError(
+                f"{flag} {relative}: {'/'.join(parts[:depth])} is a symbolic link",
+                hint="files the pipeline needs are written into the repository itself, not through a link",
+            )
     return relative
 
 
@@ -130,6 +160,7 @@ def plan_jobs(
     locks: str | None = None,
     relock: bool = False,
     base_digests: str | None = None,
+    registry: str | None = None,
 ) -> tuple[list[Job], dict[str, str]]:
     """Render every plan; plans with one build context share one job. Readable tags that two
     different contents would claim are dropped (each keeps its content tag): no two jobs push a tag.
@@ -142,12 +173,14 @@ def plan_jobs(
     from provision.images import pin
     from provision.images.render import content_digest, image_tags, render_image
 
-    pins = pin.read_pins(base_digests) if base_digests else None
+    if registry is not None and not base_digests:
+        raise InputError("--registry applies to --base-digests", hint="give the base-digest file it was pinned for")
+    pins = pin.read_pins(base_digests, registry) if base_digests else None
 
     groups: dict[str, dict[str, Any]] = {}
     new_locks: dict[str, str] = {}
-    if locks is not None and (not SAFE_PATH.fullmatch(locks) or ".." in locks.split("/")):
-        raise InputError(f"--locks {locks!r} is not a repository-relative directory", hint="e.g. image-locks")
+    if locks is not None:
+        locks = check_repository_path(root, locks.rstrip("/"), "--locks", folder=True)
     staging = tempfile.TemporaryDirectory(prefix="provision-ci-locks-")
     with staging:
         for path in files:
@@ -160,8 +193,8 @@ def plan_jobs(
                 source = os.path.join(staging.name, str(len(new_locks)))
                 with open(source, "w", encoding="utf-8") as handle:
                     handle.write(new_locks[lock])
-            elif lock is not None and not relock and os.path.isfile(os.path.join(root, lock)):
-                source = os.path.join(root, lock)  # committed: reused byte for byte
+            elif lock is not None and not relock and os.path.lexists(os.path.join(root, lock)):
+                source = os.path.join(root, lock)  # committed: reused byte for byte (a link is refused)
             base = pin.pinned_ref(pins, pin.base_tag(plan, chosen), base_digests) if pins is not None else None
             rendered = render_image(plan, chosen, lock_file=source, base_image=base)
             if "requirements.lock" not in rendered.files:
@@ -228,15 +261,18 @@ def context_digest(directory: str) -> str:
 
     if not os.path.isdir(directory):
         raise InputError(f"{directory!r} is not a build context directory", hint="provision render --out DIR first")
+    from provision.documents import read_text
+
+    if os.path.islink(directory.rstrip("/") or "/"):
+        raise InputError(f"{directory!r} is a symbolic link", hint="give the build context directory itself")
     files = {}
     for name in sorted(os.listdir(directory)):
         path = os.path.join(directory, name)
         if name == PLAN_FILE:
             continue
-        if not os.path.isfile(path) or os.path.islink(path):
+        if os.path.islink(path) or not os.path.isfile(path):
             raise InputError(f"{path!r} is not a plain file", hint="a build context holds rendered files only")
-        with open(path, encoding="utf-8") as handle:
-            files[name] = handle.read()
+        files[name] = read_text(path, "build context file", max_bytes=64 * 1024 * 1024)
     return content_digest(files)
 
 
@@ -294,13 +330,9 @@ def record_image_lock(
 
 
 def _read_metadata(path: str) -> dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            meta = json.load(handle)
-    except (OSError, ValueError) as exc:
-        raise InputError(
-            f"cannot read buildx metadata {path!r}: {exc}", hint="docker buildx build --metadata-file"
-        ) from None
+    from provision.documents import load_json, read_text
+
+    meta = load_json(read_text(path, "buildx metadata"), f"buildx metadata {path!r}")
     if not isinstance(meta, dict):
         raise InputError(f"{path!r} is not buildx metadata", hint="docker buildx build --metadata-file")
     return meta
@@ -308,14 +340,41 @@ def _read_metadata(path: str) -> dict[str, Any]:
 
 def _from_line(context: str) -> str:
     """The base the context's Dockerfile starts FROM (its one FROM line)."""
-    try:
-        with open(os.path.join(context, "Dockerfile"), encoding="utf-8") as handle:
-            froms = [line.split()[1] for line in handle if line.startswith("FROM ") and len(line.split()) >= 2]
-    except OSError as exc:
-        raise InputError(f"cannot read {context}/Dockerfile: {exc.strerror}", hint="provision render first") from None
+    from provision.documents import read_text
+
+    text = read_text(os.path.join(context, "Dockerfile"), "the build context's Dockerfile")
+    froms = [line.split()[1] for line in text.split("\n") if line.startswith("FROM ") and len(line.split()) >= 2]
     if len(froms) != 1:
         raise InputError(f"{context}/Dockerfile has {len(froms)} FROM lines", hint="render it with provision render")
     return froms[0]
+
+
+# -- the pipeline and the files it needs -----------------------------------------------------------
+class Pipeline(NamedTuple):
+    """A generated pipeline: its text, the files to write before it (repository-relative path ->
+    text: new image locks, the tool lock when resolved), its repository and its tool lock."""
+
+    text: str
+    files: dict[str, str]
+    root: str
+    tool: toollock.ToolLock
+
+
+def prepare_tool_lock(root: str, out: str, tool_lock: str | None, tool_index_url: str | None) -> toollock.ToolLock:
+    """gpu-provision.lock beside the pipeline file, or where --tool-lock says (inside the repository)."""
+    path = (
+        tool_lock if tool_lock is not None else os.path.join(os.path.dirname(os.path.abspath(out)), toollock.LOCK_NAME)
+    )
+    relative = check_repository_path(root, relative_plan(path, root, "--tool-lock", REPO_FILE), "--tool-lock")
+    return toollock.tool_lock(root, relative, tool_index_url)
+
+
+def install_command(tool: toollock.ToolLock) -> str:
+    return f"{toollock.INSTALL} {tool.path}"
+
+
+def _files(new_locks: dict[str, str], tool: toollock.ToolLock) -> dict[str, str]:
+    return {**new_locks, **({tool.path: tool.text} if tool.written else {})}
 
 
 # -- GitHub Actions ------------------------------------------------------------------------------
@@ -353,14 +412,25 @@ def github_workflow(
     locks: str | None = LOCKS_DIR,
     relock: bool = False,
     base_digests: str | None = None,
-) -> tuple[str, dict[str, str]]:
-    """The workflow's text, and the lock files to write beside it (repository-relative -> text)."""
+    registry: str | None = None,
+    tool_lock: str | None = None,
+    tool_index_url: str | None = None,
+) -> Pipeline:
+    """The workflow, the lock files to write beside it, and the tool lock its jobs install from."""
     _check_repo(repo, OWNER_PLACEHOLDER)
     _check_branch(default_branch)
     root = repository_root(out, (".github", "workflows"))
+    workflow = check_repository_path(root, relative_plan(out, root, "--out", REPO_FILE), "--out")
     jobs, new_locks = plan_jobs(
-        plan_files(plans, plans_dir), root, variant, locks=locks, relock=relock, base_digests=base_digests
+        plan_files(plans, plans_dir),
+        root,
+        variant,
+        locks=locks,
+        relock=relock,
+        base_digests=base_digests,
+        registry=registry,
     )
+    tool = prepare_tool_lock(root, out, tool_lock, tool_index_url)
     pins = load_actions()
     actions = pins["actions"]
 
@@ -377,11 +447,10 @@ def github_workflow(
     name_repo["run"] = f'echo "IMAGE_REPO={image_repo}" >> "$GITHUB_ENV"'
     steps: list[dict[str, Any]] = [
         {"name": "Check out", "uses": uses("checkout"), "with": {"persist-credentials": False}},
-        {"name": "Set up Python", "uses": uses("setup-python"), "with": {"python-version": "3.11"}},
+        {"name": "Set up Python", "uses": uses("setup-python"), "with": {"python-version": toollock.PYTHON}},
         {
-            "name": "Install provision from this repository (hash-locked requirements)",
-            "run": f"python -m pip install --require-hashes --no-deps -r {TOOL_LOCK}\n"
-            "python -m pip install --no-deps --no-build-isolation .",
+            "name": f"Install gpu-provision {__version__} (hash-locked, {tool.path})",
+            "run": install_command(tool),
         },
         name_repo,
         {
@@ -459,7 +528,10 @@ def github_workflow(
         },
     ]
     include = [job.variables() for job in jobs]
-    paths = [*sorted({p for job in jobs for p in job.plans} | {job.lock for job in jobs if job.lock}), TOOL_LOCK]
+    # what the jobs read from the repository: the plans, the committed locks, the tool lock, this workflow
+    paths = sorted(
+        {p for job in jobs for p in job.plans} | {job.lock for job in jobs if job.lock} | {tool.path, workflow}
+    )
     doc = {
         "name": "provision images",
         "on": {
@@ -489,14 +561,17 @@ def github_workflow(
             f"uses: {action['uses']}@{action['sha']}\n",
             f"uses: {action['uses']}@{action['sha']}  # {action['version']}\n",
         )
-    return _header("provision ci github", jobs, ".github/workflows") + text, new_locks
+    return Pipeline(
+        _header("provision ci github", jobs, ".github/workflows") + text, _files(new_locks, tool), root, tool
+    )
 
 
 def _header(command: str, jobs: list[Job], where: str) -> str:
     plans = sum(len(job.plans) for job in jobs)
     lines = [
-        f"# Generated by `{command}` (gpu-provision): {len(jobs)} image(s) from {plans} plan(s).",
-        "# Regenerate instead of editing. Pins come from compat/ci_actions.yaml.",
+        f"# Generated by `{command}` (gpu-provision {__version__}): {len(jobs)} image(s) from {plans} plan(s).",
+        "# Regenerate instead of editing. Pins come from compat/ci_actions.yaml; the jobs install this",
+        "# gpu-provision from the hash lock written beside this file, so they render what was generated here.",
     ]
     if any(job.base is None for job in jobs):
         lines.append("# Bases are FROM their tags: pin them (provision pin-base) and regenerate with --base-digests.")
@@ -542,7 +617,10 @@ def gitlab_pipeline(
     locks: str | None = LOCKS_DIR,
     relock: bool = False,
     base_digests: str | None = None,
-) -> tuple[str, dict[str, str]]:
+    registry: str | None = None,
+    tool_lock: str | None = None,
+    tool_index_url: str | None = None,
+) -> Pipeline:
     """A .gitlab-ci.yml with three jobs per image: render (Python image) -> build (docker:dind with
     BuildKit) -> lock (Python image), chained by `needs`.
 
@@ -559,8 +637,15 @@ def gitlab_pipeline(
         _check_branch(default_branch)
     root = os.path.dirname(os.path.abspath(out))
     jobs, new_locks = plan_jobs(
-        plan_files(plans, plans_dir), root, variant, locks=locks, relock=relock, base_digests=base_digests
+        plan_files(plans, plans_dir),
+        root,
+        variant,
+        locks=locks,
+        relock=relock,
+        base_digests=base_digests,
+        registry=registry,
     )
+    tool = prepare_tool_lock(root, out, tool_lock, tool_index_url)
     pinned = {name: f"{e['image']}:{e['tag']}@{e['digest']}" for name, e in load_actions()["images"].items()}
     for name, ref in (images or {}).items():
         if name not in pinned:
@@ -572,10 +657,7 @@ def gitlab_pipeline(
         pinned[name] = ref
     branch = f'"{default_branch}"' if default_branch else "$CI_DEFAULT_BRANCH"
     publish = f"$CI_COMMIT_TAG || $CI_COMMIT_BRANCH == {branch}"
-    python_setup = [
-        f"python -m pip install --require-hashes --no-deps -r {TOOL_LOCK}",
-        "python -m pip install --no-deps --no-build-isolation .",
-    ]
+    python_setup = [install_command(tool)]
     publish_rules = [{"if": publish, "variables": {"PUBLISH": "true"}}, {"when": "on_success"}] if push else []
     doc: dict[str, Any] = {
         "workflow": {
@@ -656,4 +738,4 @@ def gitlab_pipeline(
             lock["rules"] = publish_rules
         doc[f"build:{job.name}"] = build
         doc[f"lock:{job.name}"] = lock
-    return _header("provision ci gitlab", jobs, ".") + _dump_yaml(doc), new_locks
+    return Pipeline(_header("provision ci gitlab", jobs, ".") + _dump_yaml(doc), _files(new_locks, tool), root, tool)

@@ -1,11 +1,13 @@
 """Every render in tests/images resolves its requirements.lock against a local index of test wheels
-(tests/images/wheelhouse.py) on 127.0.0.1, with a uv cache of its own: offline and deterministic.
-Only tests marked `network` reach pypi.org."""
+(tests/images/wheelhouse.py) on 127.0.0.1, with a uv cache of its own: offline and deterministic;
+the CI tests resolve the pipelines' gpu-provision.lock against a local index serving the wheel of this
+checkout and its dependencies (tests/images/toolindex.py). Only tests marked `network` reach pypi.org."""
 
 from pathlib import Path
 from typing import NamedTuple
 
 import pytest
+from toolindex import build_tool_index
 from wheelhouse import catalogue_wheels, serve, write_simple_index
 
 
@@ -21,6 +23,22 @@ def wheel_index(tmp_path_factory):
     write_simple_index(root, catalogue_wheels(root / "files"))
     with serve(root) as url:
         yield WheelIndex(url, root)
+
+
+@pytest.fixture(scope="session")
+def tool_index(tmp_path_factory):
+    """gpu-provision as `pip wheel .` builds it, and its dependencies, on 127.0.0.1 (toolindex.py)."""
+    root = tmp_path_factory.mktemp("tool-index")
+    build_tool_index(root)
+    with serve(root) as url:
+        yield WheelIndex(url, root)
+
+
+@pytest.fixture
+def on_tool_index(tool_index, monkeypatch):
+    """provision ci resolves its gpu-provision.lock from the local tool index."""
+    monkeypatch.setenv("PROVISION_TOOL_INDEX_URL", tool_index.url + "/simple")
+    return tool_index
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from provision import __version__
+
 BIN = Path(sys.executable).parent
 CUDA = "12.4.1"  # pinned: the H100 and A100 plans share one base image
 PLANS = {  # fixture catalogue ids
@@ -23,6 +25,9 @@ PLANS = {  # fixture catalogue ids
     "a100": ["--os", "ubuntu22.04", "--gpu", "a100-pcie-80gb", "--cuda", CUDA],
     "b200": ["--os", "rocky9", "--gpu", "b200"],
 }
+
+
+pytestmark = pytest.mark.usefixtures("on_tool_index")
 
 
 def lint(*command: str) -> None:
@@ -72,19 +77,23 @@ def test_each_distinct_image_is_built_once(workflow):
     assert len(every_tag) == len(set(every_tag)), "no two jobs push one tag"
     on = doc.get("on", doc.get(True))  # YAML 1.1 reads a bare `on` key as True
     assert "workflow_dispatch" in on
-    assert sorted(on["push"]["paths"]) == [
+    assert sorted(on["push"]["paths"]) == [  # each a file of this repository: plans, tool lock, the workflow
+        ".github/workflows/gpu-provision.lock",
+        ".github/workflows/images.yml",
         "plans/a100.lock.json",
         "plans/b200.lock.json",
         "plans/h100.lock.json",
-        "requirements/provision.lock",
     ]
+    assert all((workflow.parents[2] / p).is_file() for p in on["push"]["paths"])
 
 
 def test_the_build_runs_on_buildkit_with_cache_sbom_and_provenance(workflow):
     doc = yaml.safe_load(workflow.read_text())
     steps = {s["name"]: s for s in doc["jobs"]["build"]["steps"]}
-    install = steps["Install provision from this repository (hash-locked requirements)"]["run"]
-    assert "--require-hashes --no-deps -r requirements/provision.lock" in install
+    install = steps[f"Install gpu-provision {__version__} (hash-locked, .github/workflows/gpu-provision.lock)"]
+    assert install["run"] == (
+        "python -m pip install --require-hashes --no-deps --only-binary=:all: -r .github/workflows/gpu-provision.lock"
+    )
     build = next(s for s in doc["jobs"]["build"]["steps"] if s.get("id") == "build")
     assert build["uses"].startswith("docker/build-push-action@")
     assert build["with"]["cache-from"] == "type=gha,scope=${{ matrix.name }}"
@@ -180,11 +189,13 @@ def test_context_digest_refuses_drifted_content(cli, repo, tmp_path):
 def test_ci_refuses_non_plans(cli, tmp_path):
     bad = tmp_path / "x.lock.json"
     bad.write_text("{}")
-    r = cli("ci", "github", "--plan", str(bad), "--out", str(tmp_path / "w.yml"))
+    out = tmp_path / ".github" / "workflows" / "w.yml"
+    r = cli("ci", "github", "--plan", str(bad), "--out", str(out))
     assert r.code == 2
     assert "is not a provision plan" in r.err
-    r = cli("ci", "github", "--plans", str(tmp_path / "empty"), "--out", str(tmp_path / "w.yml"))
+    r = cli("ci", "github", "--plans", str(tmp_path / "empty"), "--out", str(out))
     assert r.code == 2
+    assert not (tmp_path / ".github").exists(), "nothing half-done: the folder is made when the workflow is written"
 
 
 @pytest.mark.parametrize(
@@ -348,7 +359,8 @@ def test_framework_images_render_with_committed_locks(cli, plan, repo, monkeypat
     doc = json.loads((repo / "plans" / "torch-h100.lock.json").read_text())
     tag = f"pytorch{doc['framework']['version']}-cuda{doc['cuda']['version']}-ubuntu22.04"
     lock = f"image-locks/{tag}.requirements.lock"
-    assert f"wrote {lock}" in r.out
+    assert r.err.count(f"wrote {lock}\n") == 1, "reported once"
+    assert r.out == ""
     written = (repo / lock).read_bytes()
     doc = yaml.safe_load((repo / out).read_text())
     (job,) = matrix(doc)
@@ -366,7 +378,7 @@ def test_framework_images_render_with_committed_locks(cli, plan, repo, monkeypat
         "ci", "github", "--plan", "plans/torch-h100.lock.json", "--plan", "plans/torch-a100.lock.json", "--out", out
     )
     assert r.code == 0, r
-    assert "wrote image-locks" not in r.out
+    assert r.err == f"wrote {out}\n", "the committed locks and the tool lock are reused, not written"
     assert (repo / lock).read_bytes() == written
     assert matrix(yaml.safe_load((repo / out).read_text())) == [job]
     lint(str(BIN / "actionlint"), str(repo / out))

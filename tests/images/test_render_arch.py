@@ -103,6 +103,7 @@ def plans(cli, tmp_path):
     return out
 
 
+@pytest.mark.usefixtures("on_tool_index")
 def test_ci_builds_each_plan_for_its_platform(cli, plans, tmp_path):
     gh = tmp_path / ".github" / "workflows" / "images.yml"
     gh.parent.mkdir(parents=True)

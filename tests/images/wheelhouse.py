@@ -139,6 +139,11 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+class _QuietServer(http.server.ThreadingHTTPServer):
+    def handle_error(self, request, client_address):  # a client that hangs up early (uv, pip) is no error here
+        pass
+
+
 @contextmanager
 def serve(root: Path) -> Iterator[str]:
     """Serve `root` on a free 127.0.0.1 port; yields http://127.0.0.1:PORT."""
@@ -146,7 +151,7 @@ def serve(root: Path) -> Iterator[str]:
     def handler(*args, **kwargs):
         return _Quiet(*args, directory=str(root), **kwargs)
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = _QuietServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
