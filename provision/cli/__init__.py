@@ -27,6 +27,7 @@ COMMANDS = {
     "mig": "provision.cli.mig:mig_group",
     "runs-on": "provision.cli.runs:runs_on_cmd",
     "check": "provision.cli.runs:check_cmd",
+    "diff": "provision.cli.runs:diff_cmd",
 }
 
 
@@ -38,6 +39,7 @@ SUMMARIES = {
     "plan's MIG layout.",
     "build": "Render and build a plan's image through the Docker engine, tag it deterministically, lock it.",
     "ci": "Generate CI pipelines that build each distinct plan image once, pinned and attested.",
+    "diff": "Name what changes from OLD to NEW: two plan locks, or a host's scan and its plan.",
     "doctor": "Name GPU faults and their fixes from nvidia-smi, the kernel log and error output.",
     "gpus": "Rank the catalogued GPUs for a workload from their specs: a tier list.",
     "inventory": "Check inventories before anything runs.",

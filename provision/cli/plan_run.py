@@ -148,6 +148,7 @@ def run_plan(
     )
     p = resolve_or_refuse(matrix, request, explain=explain)
     if lock is not None:
+        _lock_changes(lock, p)
         write_plan(p, lock)
     if fmt == "json":
         sys.stdout.write(dumps_json(p.to_dict()))
@@ -167,6 +168,28 @@ def run_plan(
     if lock:
         echo(f"wrote {lock}", err=True)
     return 0
+
+
+def _lock_changes(lock: str, plan: Plan) -> None:
+    """Before --lock overwrites a different plan: what changes, on stderr (provision diff's lines)."""
+    from provision.cli.output import echo
+    from provision.errors import InputError
+    from provision.plan.diff import changes, plan_state, summary
+    from provision.plan.model import read_plan
+
+    if not os.path.lexists(lock):
+        return
+    try:
+        old = read_plan(lock, given_as="--lock")
+    except InputError as exc:
+        echo(f"--lock {lock}: replacing a file that is not a readable plan ({exc.message})", err=True)
+        return
+    if old.digest() == plan.digest():
+        return
+    found = changes(plan_state(old, lock), plan_state(plan, "this plan"))
+    echo(f"--lock {lock} holds another plan; it changes:", err=True)
+    for line in summary(plan_state(old, lock), plan_state(plan, "this plan"), found):
+        echo(f"  {line}", err=True)
 
 
 def dumps_yaml_unsafe_note() -> str:

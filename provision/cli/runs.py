@@ -163,3 +163,27 @@ def check_cmd(ctx, *, fleet_file, images, fmt):
         f"{assigned_count - len(failing)} of {assigned_count} assigned pairs run" + (", exit 1" if failing else "")
     )
     return 0 if result.ok else 1
+
+
+@click.command("diff")
+@click.argument("old", type=click.Path(dir_okay=False))
+@click.argument("new", type=click.Path(dir_okay=False))
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def diff_cmd(*, old, new, fmt):
+    """Name what changes from OLD to NEW: two plan locks, or a host's scan and its plan.
+
+    Driver branch or release (reboot needed), kernel-module flavour switch, Fabric Manager and
+    NVLink Subnet Manager, Container Toolkit, MIG layout, and the image part (image OS, CUDA,
+    cuDNN, framework, base image). Exit 0 when nothing differs, 1 when something does (as diff
+    does), 2 for bad input. A scan comes from provision inventory scan --out DIR.
+    """
+    from provision.plan.diff import changes, changes_json, read_state, summary
+
+    before, after = read_state(old), read_state(new)
+    found = changes(before, after)
+    if fmt == "json":
+        sys.stdout.write(changes_json(before, after, found))
+    else:
+        for line in summary(before, after, found):
+            click.echo(line)
+    return 1 if found else 0
