@@ -172,9 +172,32 @@ COMMAND_OPTIONS = frozenset(
         "xauthlocation",
     }
 )
-_REFUSED_FLAGS = {"F": "a config file (it can hold ProxyCommand)", "I": "a PKCS#11 library loaded into ssh"}
-_SSH_WITH_VALUE = frozenset("BbcDEeFIiJLlmOoPpQRSWw")  # ssh(1)'s options that take an argument
-_SSH_FLAGS = frozenset("46AaCfGgKkMNnqsTtVvXxYy")
+# per client: the options that take a value, the flags, and the options refused (they run or load a
+# program here, or bring a config file that can): ssh(1), scp(1), sftp(1) (Ansible hands
+# ansible_scp_extra_args and ansible_sftp_extra_args to those two)
+_CONFIG_FILE = "a config file (it can hold ProxyCommand)"
+_GRAMMARS = {
+    "ssh": (
+        frozenset("BbcDEeFIiJLlmOoPpQRSWw"),
+        frozenset("46AaCfGgKkMNnqsTtVvXxYy"),
+        {"F": _CONFIG_FILE, "I": "a PKCS#11 library loaded into ssh"},
+    ),
+    "scp": (
+        frozenset("cDFiJloPSX"),
+        frozenset("346ABCOpqRrsTv"),
+        {"F": _CONFIG_FILE, "S": "a program run here in place of ssh", "D": "an sftp server run here"},
+    ),
+    "sftp": (
+        frozenset("BbcDFiJloPRSsX"),
+        frozenset("46AaCfNpqrv"),
+        {
+            "F": _CONFIG_FILE,
+            "S": "a program run here in place of ssh",
+            "D": "an sftp server run here",
+            "b": "a batch file (its !commands run in a shell here)",
+        },
+    ),
+}
 SSH_HINT = (
     "connection variables hold ssh options only (-o Name=value, as Ansible splits them); nothing in them may "
     "run a program here: reach a host behind a bastion with -o ProxyJump=bastion (or -J bastion)"
@@ -238,9 +261,11 @@ def check_host_name(value: object, what: str) -> str:
     return str(value)
 
 
-def ssh_option_problem(value: str) -> str | None:
-    """Why a string of ssh arguments (an inventory's ansible_ssh_common_args, …) could run a
-    program here or is not made of ssh options; None when it is safe to hand to ssh as argv."""
+def ssh_option_problem(value: str, program: str = "ssh") -> str | None:
+    """Why a string of ``program``'s arguments (ssh: ansible_ssh_common_args, …; scp or sftp:
+    ansible_scp_extra_args, ansible_sftp_extra_args) could run a program here or is not made of
+    that client's options; None when it is safe to hand to it as argv."""
+    with_value, flags, refused = _GRAMMARS[program]
     bad = next((c for c in value if c in SHELL_METACHARACTERS or (ord(c) < 32 and c != "\t") or ord(c) == 127), None)
     if bad is not None:
         return f"holds {bad!r} (a shell metacharacter or control character)"
@@ -252,26 +277,26 @@ def ssh_option_problem(value: str) -> str | None:
     while i < len(words):
         word = words[i]
         if not word.startswith("-") or word in ("-", "--"):
-            return f"holds {word!r}, which is not an ssh option"
+            return f"holds {word!r}, which is not an option of {program}"
         j = 1
         while j < len(word):
             flag = word[j]
-            if flag in _SSH_WITH_VALUE:
+            if flag in with_value:
                 arg = word[j + 1 :]
                 if not arg:
                     i += 1
                     if i >= len(words):
                         return f"ends with -{flag} and no value"
                     arg = words[i]
-                if flag in _REFUSED_FLAGS:
-                    return f"sets -{flag}: {_REFUSED_FLAGS[flag]}"
+                if flag in refused:
+                    return f"sets -{flag}: {refused[flag]}"
                 if flag == "o":
                     keyword = _ssh_keyword(arg)
                     if keyword.lower() in COMMAND_OPTIONS:
                         return f"sets {keyword}, which runs a program on this machine"
                 break
-            if flag not in _SSH_FLAGS:
-                return f"holds -{flag}, which is not an ssh option"
+            if flag not in flags:
+                return f"holds -{flag}, which is not an option of {program}"
             j += 1
         i += 1
     return None

@@ -223,9 +223,9 @@ def test_a_semicolon_in_ssh_extra_args_is_refused_by_doctor(tmp_path, monkeypatc
         ("-o A=b > /tmp/x", "holds '>'"),
         ("-o A=b\nid", "holds '\\n'"),
         ("-o A={{ lookup('pipe', 'id') }}", "holds '{'"),
-        ("evil.example.com", "which is not an ssh option"),
+        ("evil.example.com", "which is not an option of ssh"),
         ("-o", "ends with -o and no value"),
-        ("-Z", "holds -Z, which is not an ssh option"),
+        ("-Z", "holds -Z, which is not an option of ssh"),
         ("-o 'unclosed", "does not split into arguments"),
     ],
 )
@@ -237,6 +237,25 @@ def test_ssh_options_that_run_a_program_here_are_refused(variable, value, why):
     assert why in caught.value.message
     assert "ProxyJump" in caught.value.hint
     assert "\n" not in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("program", "value", "why"),
+    [
+        ("scp", "-S /tmp/evil", "sets -S: a program run here in place of ssh"),
+        ("scp", "-D /tmp/evil", "sets -D: an sftp server run here"),
+        ("sftp", "-b /tmp/batch", "sets -b: a batch file"),
+        ("sftp", "-S /tmp/evil", "sets -S"),
+        ("sftp", "-o ProxyCommand=nc", "sets ProxyCommand"),
+        ("scp", "-F /tmp/cfg", "sets -F"),
+    ],
+)
+def test_scp_and_sftp_arguments_are_read_with_their_own_options(program, value, why):
+    """ssh's -S is a socket path, scp's and sftp's a program run here: each client's own grammar."""
+    from provision.hostpool import ssh_option_problem
+
+    assert why in ssh_option_problem(value, program)
+    assert ssh_option_problem("-l 100 -P 2222 -o StrictHostKeyChecking=no", program) is None
 
 
 def test_the_environment_and_ansible_cfg_are_held_to_the_same_rule():
