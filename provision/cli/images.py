@@ -83,9 +83,9 @@ def render_cmd(
     the plan's pin cannot be installed, or a lock contradicts the plan.
     """
     from provision.images.pylock import LOCK_NAME, PackageIndex
-    from provision.images.render import render_image, write_context
+    from provision.images.render import render_image, require_image_part, write_context
 
-    plan = load_plan(ctx, **plan_args)
+    plan = require_image_part(load_plan(ctx, **plan_args), "render")
     rendered = render_image(
         plan,
         default_variant(plan, variant),
@@ -183,13 +183,13 @@ def build_cmd(
         split_ref,
         write_image_lock,
     )
-    from provision.images.render import render_image, write_context
+    from provision.images.render import render_image, require_image_part, write_context
 
     if base_image and base_digests:
         raise InputError("give either --base-image or --base-digests, not both", hint="see provision build --help")
 
     pins = read_base_digests(base_digests, registry)
-    plan = load_plan(ctx, **plan_args)
+    plan = require_image_part(load_plan(ctx, **plan_args), "build")
     variant = default_variant(plan, variant)
     plan_tag = pin.base_tag(plan, variant, templates)
     if pins is not None:
@@ -281,11 +281,12 @@ def pin_base_cmd(ctx, *, plan_args, variants, templates, registry, out):
     """
     from provision.images import pin
     from provision.images.build import client
+    from provision.images.render import require_image_part
 
     check_output(out, "--out")
     if registry is not None:
         pin.source_ref("nvidia/cuda:x", registry)  # refuse a malformed --registry before any work
-    plan = load_plan(ctx, **plan_args)
+    plan = require_image_part(load_plan(ctx, **plan_args), "pin-base")
     tags = [pin.base_tag(plan, v, templates) for v in variants] if variants else list(plan.images.values())
     if os.path.lexists(out):
         pin.read_pins(out, registry, flag="--out")  # an unreadable file is refused before the registry is asked

@@ -171,7 +171,7 @@ def plan_jobs(
     file) every job builds FROM its base by digest. Returns the jobs and the lock files to write
     (repository-relative path -> text)."""
     from provision.images import pin
-    from provision.images.render import content_digest, image_tags, render_image
+    from provision.images.render import content_digest, image_tags, render_image, require_image_part
 
     if registry is not None and not base_digests:
         raise InputError("--registry applies to --base-digests", hint="give the base-digest file it was pinned for")
@@ -185,6 +185,7 @@ def plan_jobs(
     with staging:
         for path in files:
             plan: Plan = read_plan(path)  # refuses anything that is not a plan
+            require_image_part(plan, f"ci ({path})")
             relative = relative_plan(path, root)
             chosen = variant or (plan.framework.name if plan.framework else "base")
             lock = f"{locks}/{image_tags(plan, chosen, {})[0]}.requirements.lock" if locks else None

@@ -54,8 +54,9 @@ class BasePin(NamedTuple):
 def base_tag(plan: Plan, variant: str, templates: str | None = None) -> str:
     """The plan's nvidia/cuda reference that `render_image(plan, variant)` puts in FROM, without
     rendering (a render may resolve requirements). tests/images hold the two to the same answer."""
-    from provision.images.render import variants
+    from provision.images.render import require_image_part, variants
 
+    require_image_part(plan, "pin-base")
     known = variants(templates)
     if variant not in known:
         raise InputError(f"unknown variant {variant!r}", hint=f"variants: {', '.join(sorted(known))}")
@@ -66,7 +67,7 @@ def base_tag(plan: Plan, variant: str, templates: str | None = None) -> str:
         flavour = "cudnn-devel"
     if flavour not in plan.images:
         raise InputError(
-            f"the plan has no nvidia/cuda {flavour} image for {plan.os.cuda_image_os}",
+            f"the plan has no nvidia/cuda {flavour} image for {plan.image_os}",
             hint=f"published: {', '.join(sorted(plan.images))}",
         )
     return plan.images[flavour]

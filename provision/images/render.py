@@ -127,7 +127,18 @@ def image_tags(plan: Plan, variant: str, files: dict[str, str], platform: str | 
     fw = f"{plan.framework.name}{plan.framework.version}" if plan.framework and variant != "base" else variant
     content = content_digest(files).removeprefix("sha256:")[:12]
     arch = platform_suffix(platform or plan.platform)
-    return (f"{fw}-cuda{plan.cuda.version}-{plan.os.cuda_image_os}{arch}", f"content-{content}-{variant}{arch}")
+    return (f"{fw}-cuda{plan.cuda.version}-{plan.image_os}{arch}", f"content-{content}-{variant}{arch}")
+
+
+def require_image_part(plan: Plan, command: str) -> Plan:
+    """The plan, unless it is host-only (InputError): render, build, pin-base and ci need its images."""
+    if plan.host_only:
+        raise InputError(
+            f"the plan has no image part (--host-only): {command} needs its CUDA, base images and framework",
+            hint=f"plan with the image part (without --host-only; --image-os picks the images' OS): provision plan "
+            f"--os {plan.os.id} --gpu {plan.gpu.id} --lock FILE",
+        )
+    return plan
 
 
 def check_platform(plan: Plan, platform: str | None) -> str:
@@ -177,6 +188,7 @@ def render_image(
     contradicts the plan is refused. A `platform` given (--platform) must be the plan's: the plan's
     images, wheels and host packages are chosen for one architecture, and another would get an image
     the catalogue never confirmed (amd64-only image sets, aarch64-only GPUs)."""
+    require_image_part(plan, "render")
     plan.check()
     platform = check_platform(plan, platform)
     if base_image is not None:
@@ -190,7 +202,7 @@ def render_image(
             hint=f"provision plan ... --framework {needs}==VERSION --lock plan.lock.json",
         )
     os_facts = _yaml(os.path.join(images_dir(), "os.yaml"))["image_os"]
-    image_os_name = plan.os.cuda_image_os
+    image_os_name = plan.image_os
     if image_os_name not in os_facts:
         raise InputError(f"no image facts for {image_os_name!r} in images/os.yaml", hint="add the OS there")
     image_os = os_facts[image_os_name]
@@ -216,7 +228,7 @@ def render_image(
         "org.opencontainers.image.version": fw.version if fw else plan.cuda.version,
         "org.opencontainers.image.base.name": from_ref,
         "io.provision.variant": variant,
-        "io.provision.image-os": plan.os.cuda_image_os,
+        "io.provision.image-os": plan.image_os,
         "io.provision.sm": supported_sms(plan, fw is not None and bool(needs)),
         "io.provision.driver-floor": plan.driver_floor,
         "io.provision.cuda": plan.cuda.version,
