@@ -166,7 +166,17 @@ class PlanMig(NamedTuple):
 
 
 HOST_PART = ("os", "gpu", "driver", "fabric_manager", "subnet_manager", "container_toolkit", "mig")
-IMAGE_PART = ("image_os", "cuda", "cudnn", "framework", "base_image", "images", "driver_floor", "platform")
+IMAGE_PART = (
+    "image_os",
+    "cuda",
+    "cudnn",
+    "framework",
+    "base_image",
+    "images",
+    "driver_floor",
+    "require_cuda",
+    "platform",
+)
 
 
 class PlanData(NamedTuple):
@@ -193,6 +203,9 @@ class Plan(NamedTuple):
     subnet_manager: PlanSubnetManager | None = None
     platform: str = "linux/amd64"  # the container platform of the plan's images (linux/arm64 on aarch64 hosts)
     image_os: str | None = None  # the images' OS (nvidia/cuda tag suffix); None only in a host-only plan
+    # NVIDIA_REQUIRE_CUDA of the plan's images: provision.matrix.runs_on's rule in the Container
+    # Toolkit's grammar (schema 2); None in a host-only plan and in schema 1 plans (nvidia_require_cuda)
+    require_cuda: str | None = None
     schema: int = SCHEMA_VERSION
 
     @property
@@ -270,6 +283,8 @@ class Plan(NamedTuple):
         # a schema 1 plan records no image_os (it reads as the host OS's own images)
         if self.schema == 1:
             body.pop("image_os", None)
+        if body.get("require_cuda") is None:
+            body.pop("require_cuda", None)
         # the driver's module options, added later the same way: a plan without any digests as before
         if not body["driver"].get("module_options"):
             body["driver"].pop("module_options", None)
@@ -347,9 +362,14 @@ def check_image_ref(ref: str, what: str = "image") -> str:
 
 
 def nvidia_require_cuda(plan: Plan) -> str:
-    """NVIDIA_REQUIRE_CUDA for the plan's images: the NVIDIA runtime refuses a host whose driver
-    supports an older CUDA. A plan that relies on minor-version compatibility also admits its own
-    driver branch, as NVIDIA's images do (brand=...,driver>=N,driver<N+1 alternatives)."""
+    """NVIDIA_REQUIRE_CUDA for the plan's images: the Container Toolkit starts them exactly on the
+    hosts provision.matrix.runs_on's rule accepts (``plan.require_cuda``, written when the plan was
+    resolved). A schema 1 plan, resolved before the rule, keeps what it always rendered: cuda>= its
+    CUDA, and its own driver branch when it relied on minor-version compatibility."""
+    if plan.require_cuda is not None:
+        return plan.require_cuda
+    if plan.cuda is None:
+        raise InputError("the plan has no image part (--host-only)", hint="plan without --host-only to render an image")
     cuda = plan.framework.cuda if plan.framework else ".".join(plan.cuda.version.split(".")[:2])
     value = f"cuda>={cuda}"
     if plan.cuda.compatibility == "minor-version":

@@ -1057,7 +1057,24 @@ def _build_plan(ctx: Context, cand: Candidate, link: CudaLink, cudnn: CudnnChoic
         data=_kept(ctx, ("plan-data",), _plan_data, ctx.matrix),
         subnet_manager=subnet_manager,
         image_os=ctx.img_os,
+        require_cuda=_kept(
+            ctx, ("require-cuda", link.verdict, cand.cuda.version, build, ctx.host), _require, ctx, cand
+        ),
     )
+
+
+def _require(ctx: Context, cand: Candidate) -> str:
+    """The images' NVIDIA_REQUIRE_CUDA: the rule's accepted hosts, as the Container Toolkit reads them."""
+    needs = _kept(
+        ctx,
+        ("image-needs", cand.cuda.version, cand.build, ctx.host),
+        _image_needs,
+        ctx.matrix,
+        cand.cuda,
+        cand.build,
+        ctx.host,
+    )
+    return runs_on.require_cuda(ctx.matrix, needs)
 
 
 def _host_plan(ctx: Context, drv: DriverChoice) -> Plan:

@@ -63,7 +63,7 @@ def test_pytorch_on_rocky(fixture_matrix):
     assert "dnf clean all" in df
     assert "apt-get" not in df
     assert "--no-cache-dir" in df
-    assert f'ENV NVIDIA_REQUIRE_CUDA="cuda>={build.cuda}"' in df
+    assert f'ENV NVIDIA_REQUIRE_CUDA="{plan.require_cuda}"' in df  # the rule's hosts (provision.matrix.runs_on)
     assert "plan-digest" not in df, "no plan id: plans share images"
     assert "io.provision.gpu" not in df, "no GPU id: plans share images"
     sass = " ".join(f"sm_{cc.replace('.', '')}" for cc in build.compute_capabilities)
@@ -151,6 +151,10 @@ def test_python_satisfies_requires_python(fixture_matrix):
 
 
 def test_minor_version_plan_admits_its_driver_branch(fixture_matrix):
+    """The image's NVIDIA_REQUIRE_CUDA is the rule's (provision.matrix.runs_on): the Container Toolkit
+    starts it on the plan's own driver (minor-version compatibility) and on nothing below the floor."""
+    from provision.matrix.runs_on import HostFacts, toolkit_admits
+
     floor = next(mc for mc in fixture_matrix.minor_compat if mc.cuda_major == 12)
     branch = next(
         b for b in reversed(fixture_matrix.drivers) if b.releases[0].version >= floor.min_driver
@@ -160,8 +164,14 @@ def test_minor_version_plan_admits_its_driver_branch(fixture_matrix):
     )
     mm = major_minor(cuda.version)
     plan = plan_for(fixture_matrix, "ubuntu22.04", A100, driver=str(branch.branch), cuda=mm)
-    expected = f"cuda>={mm} brand=tesla,driver>={branch.branch},driver<{branch.branch + 1}"
-    assert nvidia_require_cuda(plan).startswith(expected)
+    assert plan.cuda.compatibility == "minor-version"
+    required = nvidia_require_cuda(plan)
+    assert required == plan.require_cuda
+    cc = fixture_matrix.gpu(A100).compute_capability
+    assert toolkit_admits(required, HostFacts(plan.driver.version, "0", cc, "GeForce"))
+    assert not toolkit_admits(required, HostFacts("450.80.02", "0", cc, "GeForce"))
+    r = render_image(plan, "base")
+    assert f'ENV NVIDIA_REQUIRE_CUDA="{required}"' in r.dockerfile
 
 
 def test_base_image_override_and_devel(fixture_matrix):

@@ -101,7 +101,7 @@ def test_build_inspect_and_lock(engine, local_base, repo, tmp_path):
     assert labels["io.provision.cuda"] == plan_doc["cuda"]["version"]
     assert labels["org.opencontainers.image.base.name"] == local_base
     env = dict(e.split("=", 1) for e in image.attrs["Config"]["Env"])
-    assert env["NVIDIA_REQUIRE_CUDA"] == "cuda>=" + ".".join(plan_doc["cuda"]["version"].split(".")[:2])
+    assert env["NVIDIA_REQUIRE_CUDA"] == plan_doc["require_cuda"]  # the rule's hosts (provision.matrix.runs_on)
     assert image.attrs["Config"]["User"] == "10001:10001"
     out = engine.containers.run(
         doc["image_id"], ["sh", "-c", "id -u; find /var/lib/apt/lists -type f | wc -l"], remove=True
@@ -259,6 +259,8 @@ def test_build_from_a_pinned_digest_pushes_and_pulls_back(engine, registry, mirr
             "base",
             "--base-digests",
             str(digests),
+            "--registry",
+            registry.host,
             "--tag",
             target,
             "--push",
@@ -336,6 +338,8 @@ def test_digests_that_do_not_resolve_stop_before_anything_is_pushed(registry, mi
         "base",
         "--base-digests",
         str(digests),
+        "--registry",
+        registry.host,
         "--tag",
         target,
         "--push",
