@@ -1057,9 +1057,7 @@ def _build_plan(ctx: Context, cand: Candidate, link: CudaLink, cudnn: CudnnChoic
         data=_kept(ctx, ("plan-data",), _plan_data, ctx.matrix),
         subnet_manager=subnet_manager,
         image_os=ctx.img_os,
-        require_cuda=_kept(
-            ctx, ("require-cuda", link.verdict, cand.cuda.version, build, ctx.host), _require, ctx, cand
-        ),
+        require_cuda=_kept(ctx, ("require-cuda", cand.cuda.version, build, ctx.host), _require, ctx, cand),
     )
 
 
