@@ -115,6 +115,8 @@ def listing_legend(topic: str, headers, rows, records) -> list[str]:
             lines.append("type: " + ", ".join(f"{t} = {BRANCH_TYPES[t]}" for t in types))
         if any(r["eol"] is None and r["eol_listed"] for r in records):
             lines.append("EOL listed: NVIDIA's support page lists the branch as end of life, without a date")
+        if any(r.get("eol_state") == "unknown" for r in records):
+            lines.append("EOL unknown: NVIDIA publishes no end of life for the branch (a plan that takes it says so)")
     elif topic == "frameworks":
         if any(r["compute_capabilities"] is None and r["ptx"] is None for r in records):
             lines.append("SMs -: the build's compiled GPU architectures are not published")
@@ -130,8 +132,15 @@ def listing_legend(topic: str, headers, rows, records) -> list[str]:
             )
         if any(r["platforms"] == ["linux/amd64"] for r in records):
             lines.append("platforms: those confirmed for every tag of the set; linux/amd64 alone where arm64 is not")
+        if any(r.get("status") for r in records):
+            lines.append(
+                "status: supported; superseded by X (NVIDIA no longer updates it: use X); end of life DATE "
+                "(NVIDIA deletes the tags six months after)"
+            )
         col = headers.index("cuDNN")
-        if any(row[col] == "?" for row in rows):
+        if any(str(row[col]).startswith("(not on") or "(not on " in str(row[col]) for row in rows):
+            lines.append("cuDNN V (not on OS): the release has cudnn tags, but not for that OS")
+        if any(str(row[col]).startswith("?") for row in rows):
             lines.append("cuDNN ?: the tags have cuDNN flavours, but the cuDNN build in them is not catalogued")
         if any(row[col] == "-" for row in rows):
             lines.append("cuDNN -: no cuDNN flavours for this CUDA release")

@@ -989,6 +989,12 @@ def _driver_reasons(ctx: Context, b: m.DriverBranch, release: m.DriverRelease, m
         kinds = "long-term support or production" if ctx.request.policy == "lts" else "any"
         why = f"newest {kinds} branch not past end of life on {ctx.matrix.as_of} (policy {ctx.request.policy}) that supports {ctx.arch.name}"
     eol = f", end of life {b.eol}" if b.eol else ""
+    if not b.eol_known:
+        eol = ", end of life unknown"
+        why += (
+            f"; warning: NVIDIA publishes no end of life for {b.label}, so whether it still gets fixes is unknown "
+            "(a branch with a published end of life, such as a long-term support branch, is the safer pin)"
+        )
     reasons = [Reason("driver", f"{b.label}, {BRANCH_TYPES[b.type]}{eol}: {why}", src)]
     rel_why = (
         "pinned" if ctx.pins.driver_release else f"newest {b.label} release in the {ctx.os.nvidia_repo} repository"

@@ -1,0 +1,21 @@
+"""Issue 23's misleading answers, each reproduced with the new user's command."""
+
+from __future__ import annotations
+
+
+def test_a_branch_without_a_published_end_of_life_is_chosen_with_a_warning(cli, real_matrix):
+    unknown = next(b for b in real_matrix.drivers if not b.eol_known)
+    result = cli("plan", "--os", "ubuntu22.04", "--gpu", "l4", "--driver", str(unknown.branch))
+    assert result.code == 0, result
+    line = next(x for x in result.out.splitlines() if x.strip().startswith(f"[driver] {unknown.label},"))
+    assert "end of life unknown" in line
+    assert f"warning: NVIDIA publishes no end of life for {unknown.label}" in line
+    assert "past EOL: no" not in result.out
+
+
+def test_the_plan_table_does_not_put_a_cudnn_in_a_base_image_without_one(cli):
+    result = cli("plan", "--os", "ubuntu22.04", "--gpu", "t4", "--cuda", "11.8")
+    assert result.code == 0
+    row = next(x for x in result.out.splitlines() if x.startswith("cudnn "))
+    assert "not in the base image" in row
+    assert "cudnn8-runtime" in row  # the tag that does carry it
