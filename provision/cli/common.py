@@ -95,7 +95,12 @@ def load_plan(ctx, *, plan_file, os_id, gpu, driver, cuda, cudnn, framework, pol
     if plan_file:
         if os_id or gpu:
             raise InputError("give either --plan or --os/--gpu, not both", hint="a lock file already fixes OS and GPU")
-        return read_plan(plan_file)
+        from provision.plan.lockcheck import check_against_catalogue
+
+        plan = read_plan(plan_file)
+        # a digest is no signature: every field a template or a role reads, against the catalogue
+        check_against_catalogue(plan, load_matrix(ctx), repr(plan_file))
+        return plan
     if not (os_id and gpu):
         raise InputError(
             "no plan: give --plan FILE or --os OS --gpu GPU",

@@ -3,9 +3,14 @@
 The plan schema holds each field to its form; a lock's digest only detects an accidental edit (anyone
 can recompute it over an edited lock). So a lock is also held to what the resolver would have
 written: the rules between its fields, always (``check_consistency``, from ``Plan.from_dict``), and,
-where a command has the catalogue at hand (apply, inventory check), every OS fact, package, module
-and service the roles act on against the catalogue's rows for the lock's OS, GPU and driver branch
-(``check_against_catalogue``). Each refusal is one line naming the field and what it must be.
+where a command has the catalogue at hand (apply, inventory check, verify, render, build, ci), every
+field a role or a template reads against the catalogue's rows (``check_against_catalogue``): the OS
+facts; the GPU; the driver release, which must be a release of its branch in the OS's repository,
+its packages at that version; Fabric Manager and the Subnet Manager; the Container Toolkit; and the
+image part: a catalogued CUDA release run in the mode provision.matrix.runs_on gives the driver, the
+image OS and every image a published nvidia/cuda tag of that release, the cuDNN, the framework build
+(package, index, extra, requirement) and NVIDIA_REQUIRE_CUDA as the catalogue has them. Each refusal
+is one line naming the field and what it must be.
 """
 
 from __future__ import annotations
@@ -83,6 +88,7 @@ def check_against_catalogue(plan: Plan, matrix: m.Matrix, origin: str = "plan") 
     rows = _Rows(origin, hint)
     os_rel = rows.os(plan, matrix)
     gpus = rows.gpus(plan, matrix)
+    rows.release(plan, matrix, os_rel)
     packaging = rows.driver(plan, matrix, os_rel, gpus)
     rows.managers(
         plan, matrix, packaging, gpus[0], f"for R{plan.driver.branch} {plan.driver.kernel_module} on {os_rel.id}"
@@ -99,6 +105,8 @@ def check_against_catalogue(plan: Plan, matrix: m.Matrix, origin: str = "plan") 
         toolkit.packages,
         f"for Container Toolkit {toolkit.version}",
     )
+    if plan.cuda is not None:
+        rows.image(plan, matrix, gpus[0])
 
 
 class _Rows:
@@ -150,11 +158,122 @@ class _Rows:
                     f"{plan.os.arch!r}, but the catalogue says {gpu.id} is built into {'/'.join(gpu.host_arches)} hosts",
                 )
         where = f"for {plan.gpu.id}"
+        try:
+            matrix.gpu_members(plan.gpu.id)
+        except UnknownId:
+            raise self.refuse("gpu.id", f"{plan.gpu.id!r} is not a catalogued GPU") from None
+        self.differs("gpu.compute_capability", plan.gpu.compute_capability, gpus[0].compute_capability, where)
+        self.differs("gpu.architecture", plan.gpu.architecture, gpus[0].architecture, where)
         self.differs("gpu.nvswitch", plan.gpu.nvswitch, gpus[0].nvswitch, where)
         self.differs(
             "gpu.pci_device_ids", plan.gpu.pci_device_ids, sorted({p for g in gpus for p in g.pci_device_ids}), where
         )
         return gpus
+
+    def release(self, plan: Plan, matrix: m.Matrix, os_rel: m.OsRelease) -> None:
+        """The driver release is one of its branch's, in the OS's repository; its packages at it."""
+        from provision.versions import DottedVersion
+
+        drv = plan.driver
+        branch = matrix.branch(int(drv.branch))
+        if branch is None:
+            raise self.refuse("driver.branch", f"R{drv.branch} is not a catalogued driver branch")
+        release = branch.release(DottedVersion(drv.version))
+        if release is None:
+            raise self.refuse("driver.version", f"{drv.version!r} is not a catalogued R{drv.branch} release")
+        if os_rel.id not in release.os:
+            raise self.refuse("driver.version", f"{drv.version} is not in the {os_rel.nvidia_repo} repository")
+        self.differs("driver.branch_type", drv.branch_type, branch.type, f"for R{drv.branch}")
+        self.differs("driver.eol", drv.eol, branch.eol, f"for R{drv.branch}")
+        for i, pkg in enumerate(drv.packages):
+            if pkg.version != drv.version:
+                raise self.refuse(
+                    f"driver.packages.{i}.version", f"{pkg.version!r} is not the driver's {drv.version!r}"
+                )
+
+    def image(self, plan: Plan, matrix: m.Matrix, gpu: m.Gpu) -> None:
+        """The image part: CUDA, its mode on the driver, the image OS and tags, cuDNN, the framework
+        build and NVIDIA_REQUIRE_CUDA, each as the catalogue (and the rule) has it."""
+        from provision.matrix import runs_on
+        from provision.versions import DottedVersion, major_minor
+
+        cuda = next((c for c in matrix.cuda if str(c.version) == plan.cuda.version), None)
+        if cuda is None:
+            raise self.refuse("cuda.version", f"{plan.cuda.version!r} is not a catalogued CUDA release")
+        self.differs("cuda.min_driver", plan.cuda.min_driver, str(cuda.min_driver), "(release notes, Table 3)")
+        self.differs("cuda.label", plan.cuda.label, cuda.label, f"for CUDA {cuda.version}")
+        published = {o for i in matrix.images for o in i.os}
+        if plan.image_os not in published:
+            raise self.refuse("image_os", f"{plan.image_os!r} is not an OS nvidia/cuda images are catalogued for")
+        image = matrix.image_of(cuda.version, plan.base_image or "")
+        if image is None or plan.image_os not in image.os:
+            raise self.refuse(
+                "base_image", f"{plan.base_image!r} is not a catalogued nvidia/cuda tag of CUDA {cuda.version}"
+            )
+        tags = {
+            f: f"{matrix.image_repository}:{image.tag(f, plan.image_os)}" for f in image.flavours_for(plan.image_os)
+        }
+        self.differs("images", dict(sorted(plan.images.items())), dict(sorted(tags.items())), f"for {image.cuda}")
+        if plan.base_image not in tags.values():
+            raise self.refuse("base_image", f"{plan.base_image!r} is not one of the plan's own images")
+        fw = plan.framework
+        build = None
+        if fw is not None:
+            build = self.framework(plan, matrix)
+        sass, ptx = (None, None)
+        if build is not None:
+            sass, ptx, _ = build.sms_for(plan.os.arch)
+        needs = runs_on.ImageNeeds(
+            cuda.version,
+            cuda.min_driver,
+            tuple(sass) if sass else None,
+            ptx,
+            runs_on.cuda_targets(matrix, cuda.version),
+        )
+        verdict = runs_on.decide(matrix, needs, DottedVersion(plan.driver.version), gpu)
+        modes = {"toolkit-driver": runs_on.NATIVE, "minor-version": runs_on.MINOR, "forward-compat": runs_on.FORWARD}
+        if modes.get(plan.cuda.compatibility) != verdict.mode:
+            raise self.refuse(
+                "cuda.compatibility",
+                f"{plan.cuda.compatibility!r}, but driver {plan.driver.version} runs CUDA {cuda.version} "
+                f"{verdict.mode} ({verdict.reason})",
+            )
+        if plan.require_cuda is not None:
+            self.differs("require_cuda", plan.require_cuda, runs_on.require_cuda(matrix, needs), "(runs_on's rule)")
+        if plan.cudnn is not None:
+            if plan.cudnn.origin == "image":
+                self.differs("cudnn.version", plan.cudnn.version, image.cudnn_version, f"in the {image.cuda} images")
+            elif build is None or not build.cudnn_allows(plan.cudnn.version):
+                raise self.refuse("cudnn.version", f"{plan.cudnn.version!r} is not what the framework build takes")
+        if fw is not None and major_minor(cuda.version) != fw.cuda:
+            raise self.refuse("framework.cuda", f"{fw.cuda!r} is not the plan's CUDA line {major_minor(cuda.version)}")
+
+    def framework(self, plan: Plan, matrix: m.Matrix) -> m.FrameworkBuild:
+        from provision.versions import DottedVersion
+
+        fw = plan.framework
+        try:
+            known = matrix.framework(fw.name)
+        except UnknownId:
+            raise self.refuse("framework.name", f"{fw.name!r} is not a catalogued framework") from None
+        release = known.release(DottedVersion(fw.version))
+        build = None if release is None else next((b for b in release.builds if b.variant == fw.variant), None)
+        if build is None:
+            raise self.refuse("framework.version", f"{fw.name} {fw.version} ({fw.variant}) is not a catalogued build")
+        where = f"for {fw.name} {fw.version} ({fw.variant})"
+        self.differs("framework.package", fw.package, known.package, where)
+        self.differs("framework.index_url", fw.index_url, build.index_url, where)
+        self.differs("framework.extra", fw.extra, build.extra, where)
+        self.differs("framework.cuda", fw.cuda, build.cuda, where)
+        self.differs("framework.cuda_runtime", fw.cuda_runtime, build.cuda_runtime, where)
+        self.differs("framework.libraries", fw.libraries, build.libraries, where)
+        self.differs(
+            "framework.requirement",
+            fw.requirement,
+            f"{known.package}{build.requirement_extra}=={release.version}",
+            where,
+        )
+        return build
 
     def driver(self, plan: Plan, matrix: m.Matrix, os_rel: m.OsRelease, gpus: list[m.Gpu]) -> m.DriverPackaging:
         drv = plan.driver
