@@ -129,3 +129,12 @@ def test_render_build_and_pin_refuse_such_a_lock(cli, plans, tmp_path, monkeypat
     assert result.code == 2, result
     assert "base_image" in result.err
     assert not (tmp_path / "ctx").exists()
+
+
+def test_schema1_locks_users_committed_pass_too(real_matrix):
+    from pathlib import Path
+
+    locks = sorted((Path(__file__).resolve().parent.parent / "fixtures" / "plans" / "schema1").glob("*.lock.json"))
+    assert locks
+    for lock in locks:
+        check_against_catalogue(read_plan(lock), real_matrix, lock.name)
