@@ -12,7 +12,10 @@ Goals (start-up, as a user types each command: a fresh process every run):
   * `provision gpus` (the tier table) is reported;
   * `provision matrix check` over the whole matrix < 2 s (the median of five runs, --check-runs;
     it reads the catalogue from the validated-data cache the first plan run writes). Its line shows
-    the process's wall and cpu time, and the check's own time (its "seconds", without start-up).
+    the process's wall and cpu time, and the check's own time (its "seconds", without start-up);
+  * `provision check` of 50 host groups (lock files) x 50 image plan locks < 1 s (the median of
+    five runs; the locks are resolved once, before the clock starts);
+  * `provision plan --host-only` and `provision runs-on --driver 535.183.01 --gpu t4` are reported.
 
 Bytecode is compiled first, as `pip install` does, and PYTHONDONTWRITEBYTECODE is dropped
 from the environment so the runs measure an installed tool. Exit 1 if a goal is missed.
@@ -107,8 +110,22 @@ def main() -> int:
         Timed([args.provision, "gpus"], args.runs),
         Timed([args.provision, "doctor", "--from-file", str(capture)], args.runs, ok_codes=(0, 1)),
     ]
+    fleet_dir = fleet_of(50, 50)
+    check_cmd = [
+        args.provision,
+        "check",
+        "--fleet",
+        str(fleet_dir / "fleet.yaml"),
+        "--images",
+        str(fleet_dir / "images"),
+    ]
+    commands += [
+        Timed([*plan, "--host-only"], args.runs),
+        Timed([args.provision, "runs-on", "--driver", "535.183.01", "--gpu", "t4"], args.runs),
+        Timed([*check_cmd, "--format", "json"], 5, ok_codes=(0, 1)),
+    ]
     timed_all(commands, env)
-    base, warm, warm_json, cold, helptext, gpus, doctor = (c.median for c in commands)
+    base, warm, warm_json, cold, helptext, gpus, doctor, host_only, runs_on, check_50 = (c.median for c in commands)
     base_cpu = statistics.median(commands[0].cpu)
     cpu = [statistics.median(c.cpu) for c in commands]
 
@@ -140,8 +157,11 @@ def main() -> int:
         "provision --help",
         "provision gpus",
         "provision doctor --from-file (one capture)",
+        "provision plan --host-only (warm cache)",
+        "provision runs-on --driver 535.183.01 --gpu t4",
+        "provision check: 50 groups x 50 images",
     ]
-    walls = [base, warm, warm_json, cold, helptext, gpus, doctor]
+    walls = [base, warm, warm_json, cold, helptext, gpus, doctor, host_only, runs_on, check_50]
     print(f"{os.cpu_count()} cores; load average {load:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")
     print("(cpu: the process's user + system time, which a busy machine inflates less than the wall time)")
     print(f"{'command':50} {'median':>9} {'ratio':>7} {'cpu':>9} {'ratio':>7}")
@@ -158,10 +178,57 @@ def main() -> int:
         ("--help <= 5x python -c pass", helptext / base <= 5.0),
         ("doctor --from-file <= 10x python -c pass", doctor / base <= 10.0),
         ("matrix check < 2 s", check_wall < 2.0 and report["ok"]),
+        ("check of 50 groups x 50 images < 1 s", check_50 < 1.0),
     ]
     for name, ok in goals:
         print(f"goal: {name}: {'met' if ok else 'MISSED'}")
     return 0 if all(ok for _, ok in goals) else 1
+
+
+def fleet_of(groups: int, images: int) -> Path:
+    """A fleet file of ``groups`` host groups (host-only plan locks on driver branches from R535 on)
+    and ``images`` image plan locks (GPUs x frameworks x CUDA pins), resolved in this process."""
+    import itertools
+
+    import yaml
+
+    from provision.errors import InputError
+    from provision.matrix.loader import load_matrix
+    from provision.plan.model import PlanRequest, write_plan
+    from provision.plan.resolve import resolve
+    from provision.resources import compat_dir
+
+    matrix = load_matrix(compat_dir(None))
+    folder = Path(tempfile.mkdtemp(prefix="provision-bench-check-"))
+    (folder / "images").mkdir()
+    (folder / "hosts").mkdir()
+    gpus = ["t4", "l4", "a100-pcie", "h100-sxm", "l40s", "a10", "rtx-4090", "v100"]
+
+    def plans(requests):
+        for request in requests:
+            try:
+                yield resolve(matrix, request)
+            except InputError:
+                continue
+
+    made = plans(
+        PlanRequest("ubuntu22.04", g, framework=fw, cuda=cuda)
+        for g, fw, cuda in itertools.product(
+            gpus, [None, "pytorch", "tensorflow"], [None, "12.4", "12.8", "13.0", "11.8"]
+        )
+    )
+    for n, plan in zip(range(images), made, strict=False):
+        write_plan(plan, folder / "images" / f"i{n:02d}.lock.json")
+    hosts = plans(
+        PlanRequest(o, g, driver=d, host_only=True)
+        for g, d, o in itertools.product(gpus, ["535", "570", "580", "595", "620", None], ["ubuntu22.04", "rocky9"])
+    )
+    entries = {}
+    for n, plan in zip(range(groups), hosts, strict=False):
+        write_plan(plan, folder / "hosts" / f"h{n:02d}.lock.json")
+        entries[f"g{n:02d}"] = {"lock": f"hosts/h{n:02d}.lock.json"}
+    (folder / "fleet.yaml").write_text(yaml.safe_dump({"groups": entries}))
+    return folder
 
 
 if __name__ == "__main__":

@@ -325,12 +325,39 @@ def _validator() -> Any:
         return jsonschema.Draft202012Validator(json.load(handle))
 
 
+@functools.cache
+def _fast_validator() -> Any:
+    """The same schema with its local $refs written out in place: a valid document is known valid
+    in half the time (the referencing library's lookups were half of it); a refusal is still
+    reported by _validator, whose errors name the schema's own definitions."""
+    import jsonschema
+
+    schema = _validator().schema
+    defs = schema["$defs"]
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                target = inline(defs[ref.removeprefix("#/$defs/")])
+                rest = {k: inline(v) for k, v in node.items() if k != "$ref"}
+                return {"allOf": [target, rest]} if rest else target
+            return {k: inline(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [inline(v) for v in node]
+        return node
+
+    return jsonschema.Draft202012Validator(inline({k: v for k, v in schema.items() if k != "$defs"}))
+
+
 def check_document(doc: Any, origin: str = "plan") -> None:
     """Hold a plan document to the plan schema: unknown keys refused, every string to its pattern.
 
     One error, naming the field and what it must be: ``driver.version: '{{ x }}' is not a version``."""
     import jsonschema
 
+    if _fast_validator().is_valid(doc):
+        return
     error = jsonschema.exceptions.best_match(_validator().iter_errors(doc))
     if error is None:
         return
@@ -427,6 +454,12 @@ def _dump(obj: Any) -> Any:
     return obj
 
 
+@functools.cache
+def _hints(tp: type) -> dict[str, Any]:
+    """A record's field types, worked out once per record type (a lock loads thousands of records)."""
+    return typing.get_type_hints(tp)
+
+
 def _load(tp: Any, value: Any) -> Any:
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
@@ -437,7 +470,7 @@ def _load(tp: Any, value: Any) -> Any:
     if isinstance(tp, type) and issubclass(tp, tuple) and hasattr(tp, "_fields"):
         if not isinstance(value, dict):
             raise TypeError(f"{tp.__name__} must be an object")
-        hints = typing.get_type_hints(tp)
+        hints = _hints(tp)
         kwargs = {}
         for name in tp._fields:
             if name in value:

@@ -209,7 +209,7 @@ def read_images(paths: Iterable[str]) -> list[Image]:
             image_locks.append((path, doc))
             continue
         plan = read_plan(path, given_as="--images")
-        plans[plan.digest()] = (path, plan)
+        plans[doc["digest"]] = (path, plan)  # read_plan verified it is the plan's digest
     images = [Image(path, path, image_needs(plan, path), digest) for digest, (path, plan) in plans.items()]
     for path, doc in image_locks:
         plan = _plan_of_image_lock(path, doc, plans)
