@@ -208,3 +208,46 @@ def test_a_lock_written_before_the_sm_fields_still_verifies(plan):
     assert loaded.framework.ptx is None
     assert loaded.digest() == doc["digest"]
     assert plan.digest() != stripped.digest(), "the SM lists are pinned by the digest once recorded"
+
+
+def test_the_fast_schema_check_accepts_exactly_what_the_schema_accepts(plan):
+    """model._fast_validator (local $refs written out) is only a shortcut for valid documents: on
+    every mutation of a plan document it must agree with the schema itself."""
+    import copy
+    import random
+
+    from provision.plan.model import _fast_validator, _validator
+
+    doc = plan.to_dict()
+    paths = []
+
+    def walk(node, path):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                paths.append((*path, key))
+                walk(value, (*path, key))
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                paths.append((*path, i))
+                walk(value, (*path, i))
+
+    walk(doc, ())
+    values = [None, "", "x", "{{ x }}", "580.95.05\n", 1, 1.5, True, [], {}, "a" * 300, "nvidia/cuda:1", "-rf"]
+    rng = random.Random(22)
+    disagreements = []
+    for _ in range(1500):
+        mutated = copy.deepcopy(doc)
+        path = rng.choice(paths)
+        parent = mutated
+        for key in path[:-1]:
+            parent = parent[key]
+        action = rng.random()
+        if action < 0.7:
+            parent[path[-1]] = rng.choice(values)
+        elif action < 0.85 and isinstance(parent, dict):
+            del parent[path[-1]]
+        elif isinstance(parent, dict):
+            parent["unexpected"] = "x"
+        if _fast_validator().is_valid(mutated) != _validator().is_valid(mutated):
+            disagreements.append(path)
+    assert disagreements == []
