@@ -6,7 +6,7 @@ import os
 import click
 
 from provision import __version__
-from provision.cli.common import check_output, write_output
+from provision.cli.common import check_output, load_matrix, write_output
 from provision.errors import InputError
 
 _plan_options = [
@@ -108,7 +108,8 @@ def ci_group():
 @click.option(
     "--out", default=".github/workflows/provision-images.yml", show_default=True, type=click.Path(dir_okay=False)
 )
-def ci_github_cmd(*, plans, plans_dir, out, **options):
+@click.pass_context
+def ci_github_cmd(ctx, *, plans, plans_dir, out, **options):
     """Write a GitHub Actions workflow: one BuildKit job per distinct image (plans that render the
     same build context share it), with a layer cache, SBOM and provenance, actions pinned by commit.
 
@@ -118,7 +119,8 @@ def ci_github_cmd(*, plans, plans_dir, out, **options):
     from provision.images.ci import github_workflow
 
     folders = check_out(out)
-    write_pipeline(out, github_workflow(list(plans), plans_dir, out=out, **options), folders)
+    pipeline = github_workflow(list(plans), plans_dir, out=out, matrix=load_matrix(ctx), **options)
+    write_pipeline(out, pipeline, folders)
     return 0
 
 
@@ -137,7 +139,8 @@ def ci_github_cmd(*, plans, plans_dir, out, **options):
     help="Job image instead of the catalogue's (python, docker), pinned by digest.",
 )
 @click.option("--out", default=".gitlab-ci.yml", show_default=True, type=click.Path(dir_okay=False))
-def ci_gitlab_cmd(*, plans, plans_dir, images, out, **options):
+@click.pass_context
+def ci_gitlab_cmd(ctx, *, plans, plans_dir, images, out, **options):
     """Write a .gitlab-ci.yml: per distinct image, render -> BuildKit build (docker:dind) -> image lock,
     with job images pinned by digest, a registry layer cache, SBOM and provenance.
 
@@ -154,7 +157,8 @@ def ci_gitlab_cmd(*, plans, plans_dir, images, out, **options):
                 f"--image {item!r} is not NAME=REF", hint="e.g. --image docker=docker:29.8.0-dind@sha256:…"
             )
         overrides[name] = ref
-    write_pipeline(out, gitlab_pipeline(list(plans), plans_dir, out=out, images=overrides, **options), [])
+    pipeline = gitlab_pipeline(list(plans), plans_dir, out=out, images=overrides, matrix=load_matrix(ctx), **options)
+    write_pipeline(out, pipeline, [])
     return 0
 
 
@@ -192,7 +196,8 @@ def ci_context_digest_cmd(*, directory, expect):
 )
 @click.option("--pushed", required=True, type=click.Choice(["true", "false"]), help="Whether the tags were pushed.")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="Where to write image.lock.json.")
-def ci_image_lock_cmd(*, context, plans, variant, repo, tags, image_id, digest, metadata, pushed, out):
+@click.pass_context
+def ci_image_lock_cmd(ctx, *, context, plans, variant, repo, tags, image_id, digest, metadata, pushed, out):
     """Write image.lock.json for an image a pipeline built with BuildKit (the step after the build)."""
     from provision.images.ci import record_image_lock
 
@@ -208,6 +213,7 @@ def ci_image_lock_cmd(*, context, plans, variant, repo, tags, image_id, digest, 
         image_id=image_id,
         digest=digest,
         metadata=metadata,
+        matrix=load_matrix(ctx),
     )
     click.echo(out)
     return 0

@@ -152,11 +152,23 @@ def check_repository_path(root: str, relative: str, flag: str, *, folder: bool =
     return relative
 
 
+def read_checked_plan(path: str, matrix) -> Plan:
+    """A plan file of the repository: read as untrusted, held to the catalogue in every field a
+    template reads (a digest is no signature), and with an image part."""
+    from provision.images.render import require_image_part
+    from provision.plan.lockcheck import check_against_catalogue
+
+    plan = read_plan(path)  # refuses anything that is not a plan
+    check_against_catalogue(plan, matrix, repr(path))
+    return require_image_part(plan, f"ci ({path})")
+
+
 def plan_jobs(
     files: list[str],
     root: str,
     variant: str | None,
     *,
+    matrix,
     locks: str | None = None,
     relock: bool = False,
     base_digests: str | None = None,
@@ -171,7 +183,7 @@ def plan_jobs(
     file) every job builds FROM its base by digest. Returns the jobs and the lock files to write
     (repository-relative path -> text)."""
     from provision.images import pin
-    from provision.images.render import content_digest, image_tags, render_image, require_image_part
+    from provision.images.render import content_digest, image_tags, render_image
 
     if registry is not None and not base_digests:
         raise InputError("--registry applies to --base-digests", hint="give the base-digest file it was pinned for")
@@ -184,8 +196,7 @@ def plan_jobs(
     staging = tempfile.TemporaryDirectory(prefix="provision-ci-locks-")
     with staging:
         for path in files:
-            plan: Plan = read_plan(path)  # refuses anything that is not a plan
-            require_image_part(plan, f"ci ({path})")
+            plan = read_checked_plan(path, matrix)
             relative = relative_plan(path, root)
             chosen = variant or (plan.framework.name if plan.framework else "base")
             lock = f"{locks}/{image_tags(plan, chosen, {})[0]}.requirements.lock" if locks else None
@@ -289,6 +300,7 @@ def record_image_lock(
     image_id: str | None = None,
     digest: str | None = None,
     metadata: str | None = None,
+    matrix=None,
 ) -> dict[str, Any]:
     """image.lock.json for an image a pipeline built with BuildKit: the plans it serves (read and
     checked from the checkout), the base and requirements of the context, the image id and, when
@@ -312,7 +324,8 @@ def record_image_lock(
     for path in plans.split():
         if not SAFE_PATH.fullmatch(path) or ".." in path.split("/"):
             raise InputError(f"plan path {path!r} cannot be used", hint="repository-relative plan paths only")
-        entries.append({"path": path, "digest": read_plan(path).digest()})
+        plan = read_plan(path) if matrix is None else read_checked_plan(path, matrix)
+        entries.append({"path": path, "digest": plan.digest()})
     if not entries:
         raise InputError("--plans names no plan", hint="the job's plans, separated by spaces")
     base = _from_line(context)
@@ -348,6 +361,13 @@ def _from_line(context: str) -> str:
     if len(froms) != 1:
         raise InputError(f"{context}/Dockerfile has {len(froms)} FROM lines", hint="render it with provision render")
     return froms[0]
+
+
+def default_matrix():
+    """The catalogue of PROVISION_COMPAT_DIR, else the built-in one (the CLI passes --compat-dir's)."""
+    from provision.matrix.cache import load_cached
+
+    return load_cached(compat_dir())
 
 
 # -- the pipeline and the files it needs -----------------------------------------------------------
@@ -416,8 +436,10 @@ def github_workflow(
     registry: str | None = None,
     tool_lock: str | None = None,
     tool_index_url: str | None = None,
+    matrix=None,
 ) -> Pipeline:
-    """The workflow, the lock files to write beside it, and the tool lock its jobs install from."""
+    """The workflow, the lock files to write beside it, and the tool lock its jobs install from.
+    Plans are held to `matrix` (the catalogue; the built-in one when None)."""
     _check_repo(repo, OWNER_PLACEHOLDER)
     _check_branch(default_branch)
     root = repository_root(out, (".github", "workflows"))
@@ -430,6 +452,7 @@ def github_workflow(
         relock=relock,
         base_digests=base_digests,
         registry=registry,
+        matrix=matrix if matrix is not None else default_matrix(),
     )
     tool = prepare_tool_lock(root, out, tool_lock, tool_index_url)
     pins = load_actions()
@@ -621,6 +644,7 @@ def gitlab_pipeline(
     registry: str | None = None,
     tool_lock: str | None = None,
     tool_index_url: str | None = None,
+    matrix=None,
 ) -> Pipeline:
     """A .gitlab-ci.yml with three jobs per image: render (Python image) -> build (docker:dind with
     BuildKit) -> lock (Python image), chained by `needs`.
@@ -645,6 +669,7 @@ def gitlab_pipeline(
         relock=relock,
         base_digests=base_digests,
         registry=registry,
+        matrix=matrix if matrix is not None else default_matrix(),
     )
     tool = prepare_tool_lock(root, out, tool_lock, tool_index_url)
     pinned = {name: f"{e['image']}:{e['tag']}@{e['digest']}" for name, e in load_actions()["images"].items()}

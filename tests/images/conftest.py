@@ -3,10 +3,12 @@
 the CI tests resolve the pipelines' gpu-provision.lock against a local index serving the wheel of this
 checkout and its dependencies (tests/images/toolindex.py). Only tests marked `network` reach pypi.org."""
 
+import shutil
 from pathlib import Path
 from typing import NamedTuple
 
 import pytest
+from support import COMPAT, make_compat
 from toolindex import build_tool_index
 from wheelhouse import catalogue_wheels, serve, write_simple_index
 
@@ -39,6 +41,22 @@ def on_tool_index(tool_index, monkeypatch):
     """provision ci resolves its gpu-provision.lock from the local tool index."""
     monkeypatch.setenv("PROVISION_TOOL_INDEX_URL", tool_index.url + "/simple")
     return tool_index
+
+
+@pytest.fixture(scope="session")
+def ci_compat(tmp_path_factory):
+    """The fixture catalogue with compat/ci_actions.yaml beside it (the CI generator's action and
+    job-image pins, which the fixture catalogue does not carry): ci holds plans to this catalogue."""
+    dest = make_compat(tmp_path_factory.mktemp("ci-compat") / "compat")
+    shutil.copy(COMPAT / "ci_actions.yaml", dest / "ci_actions.yaml")
+    return dest
+
+
+@pytest.fixture
+def on_ci_catalogue(ci_compat, monkeypatch):
+    """Every command the test runs (plan, ci, render) reads the fixture catalogue with the CI pins."""
+    monkeypatch.setenv("PROVISION_COMPAT_DIR", str(ci_compat))
+    return ci_compat
 
 
 @pytest.fixture(scope="session")

@@ -27,7 +27,7 @@ PLANS = {  # fixture catalogue ids
 }
 
 
-pytestmark = pytest.mark.usefixtures("on_tool_index")
+pytestmark = pytest.mark.usefixtures("on_tool_index", "on_ci_catalogue")
 
 
 def lint(*command: str) -> None:
@@ -36,9 +36,9 @@ def lint(*command: str) -> None:
 
 
 @pytest.fixture
-def plan(cli, fixture_compat):
-    """`provision plan` on the fixture catalogue."""
-    return lambda *args: cli("plan", "--compat-dir", str(fixture_compat), *args)
+def plan(cli):
+    """`provision plan` on the fixture catalogue (on_ci_catalogue)."""
+    return lambda *args: cli("plan", *args)
 
 
 @pytest.fixture
@@ -162,7 +162,7 @@ def test_readable_tags_two_contents_would_share_are_left_off(monkeypatch, repo):
 
     monkeypatch.setattr(render, "render_image", render_by_gpu)
     plans = [str(repo / "plans" / f"{n}.lock.json") for n in ("h100", "a100")]
-    jobs, _ = ci.plan_jobs(plans, str(repo), "base")
+    jobs, _ = ci.plan_jobs(plans, str(repo), "base", matrix=ci.default_matrix())
     assert len(jobs) == 2
     assert [len(j.tags) for j in jobs] == [1, 1]
     assert all(j.tags[0].startswith("content-") for j in jobs)

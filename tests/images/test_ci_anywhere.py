@@ -35,12 +35,12 @@ def lint(*command: str) -> None:
 
 
 @pytest.fixture
-def repo(cli, tmp_path, monkeypatch, fixture_compat):
+def repo(cli, tmp_path, monkeypatch, on_ci_catalogue):
     root = tmp_path / "infra"
     (root / "plans").mkdir(parents=True)
     monkeypatch.chdir(root)
     for name, gpu in (("h100", "h100-sxm"), ("a100", "a100-pcie-80gb")):
-        args = ["--compat-dir", str(fixture_compat), "--os", "ubuntu22.04", "--gpu", gpu, "--cuda", CUDA]
+        args = ["--os", "ubuntu22.04", "--gpu", gpu, "--cuda", CUDA]
         assert cli("plan", *args, "--lock", f"plans/{name}.lock.json").code == 0
     return root
 

@@ -13,7 +13,7 @@ import pytest
 SECRET = "AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 CUDA = "12.4.1"
 
-pytestmark = pytest.mark.usefixtures("on_tool_index")
+pytestmark = pytest.mark.usefixtures("on_tool_index", "on_ci_catalogue")
 
 
 @pytest.fixture
@@ -25,13 +25,13 @@ def secret(tmp_path):
 
 
 @pytest.fixture
-def repo(cli, tmp_path, monkeypatch, fixture_compat):
+def repo(cli, tmp_path, monkeypatch):
     root = tmp_path / "repo"
     (root / "plans").mkdir(parents=True)
     (root / ".github" / "workflows").mkdir(parents=True)
     monkeypatch.chdir(root)
     for name, gpu in (("h100", "h100-sxm"), ("a100", "a100-pcie-80gb")):
-        args = ["plan", "--compat-dir", str(fixture_compat), "--os", "ubuntu22.04", "--gpu", gpu, "--cuda", CUDA]
+        args = ["plan", "--os", "ubuntu22.04", "--gpu", gpu, "--cuda", CUDA]
         args += ["--lock", f"plans/{name}.lock.json"]
         assert cli(*args).code == 0
     return root
@@ -71,18 +71,9 @@ def test_a_committed_lock_that_is_a_link_is_refused(cli, plan_torch, repo, secre
 
 
 @pytest.fixture
-def plan_torch(cli, repo, fixture_compat):
+def plan_torch(cli, repo):
     """A PyTorch plan; returns the name of its committed lock in image-locks/."""
-    args = [
-        "--compat-dir",
-        str(fixture_compat),
-        "--os",
-        "ubuntu22.04",
-        "--gpu",
-        "h100-sxm",
-        "--framework",
-        "torch==2.5.1",
-    ]
+    args = ["--os", "ubuntu22.04", "--gpu", "h100-sxm", "--framework", "torch==2.5.1"]
     assert cli("plan", *args, "--lock", "plans/torch.lock.json").code == 0
     doc = json.loads((repo / "plans" / "torch.lock.json").read_text())
     return f"pytorch{doc['framework']['version']}-cuda{doc['cuda']['version']}-ubuntu22.04.requirements.lock"
@@ -169,3 +160,50 @@ def test_image_lock_replaces_a_planted_link(cli, repo, context, secret):
 def test_context_digest_reads_no_link(cli, repo, context, secret):
     (repo / "linked-ctx").symlink_to(context)
     refused(cli("ci", "context-digest", "linked-ctx"))
+
+
+# -- a reviewed-looking plan is held to the catalogue (issue 22) --------------------------------------
+def redigested(path, change) -> None:
+    """What an attacker does after editing a lock: recompute its digest."""
+    from provision.plan.model import Plan, _load
+
+    doc = json.loads(path.read_text())
+    change(doc)
+    body = {k: v for k, v in doc.items() if k != "digest"}
+    doc["digest"] = _load(Plan, body).digest()
+    path.write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (lambda d: d.update(base_image="attacker.example/cuda:12.4.1-base-ubuntu22.04"), "base_image"),
+        (lambda d: d["images"].update(base="attacker.example/cuda:12.4.1-base-ubuntu22.04"), "images"),
+        (lambda d: d["cuda"].update(version="12.7.0", label="12.7 GA"), "cuda.version"),
+        (
+            lambda d: (
+                [d["driver"].update(version="450.36.06")]
+                + [p.update(version="450.36.06") for p in d["driver"]["packages"]]
+            ),
+            "driver.version",
+        ),
+    ],
+    ids=["base image", "image flavour", "invented CUDA", "driver of another branch"],
+)
+def test_ci_refuses_a_redigested_plan_off_the_catalogue(cli, repo, change, field):
+    redigested(repo / "plans" / "h100.lock.json", change)
+    for command in (["github", "--out", OUT], ["gitlab", "--out", ".gitlab-ci.yml"]):
+        r = cli("ci", *command, "--plans", "plans", "--variant", "base")
+        assert r.code == 2, r
+        assert "plans/h100.lock.json" in r.err
+        assert field.split(".")[0] in r.err
+    assert not (repo / OUT).exists()
+    assert not (repo / ".gitlab-ci.yml").exists()
+
+
+def test_image_lock_refuses_a_redigested_plan(cli, repo, context):
+    redigested(repo / "plans" / "h100.lock.json", lambda d: d["cuda"].update(version="12.7.0", label="12.7 GA"))
+    r = image_lock(cli)
+    assert r.code == 2, r
+    assert "cuda" in r.err
+    assert not (repo / "lock.json").exists()
