@@ -300,7 +300,7 @@ def record_image_lock(
     image_id: str | None = None,
     digest: str | None = None,
     metadata: str | None = None,
-    matrix=None,
+    matrix,
 ) -> dict[str, Any]:
     """image.lock.json for an image a pipeline built with BuildKit: the plans it serves (read and
     checked from the checkout), the base and requirements of the context, the image id and, when
@@ -324,8 +324,7 @@ def record_image_lock(
     for path in plans.split():
         if not SAFE_PATH.fullmatch(path) or ".." in path.split("/"):
             raise InputError(f"plan path {path!r} cannot be used", hint="repository-relative plan paths only")
-        plan = read_plan(path) if matrix is None else read_checked_plan(path, matrix)
-        entries.append({"path": path, "digest": plan.digest()})
+        entries.append({"path": path, "digest": read_checked_plan(path, matrix).digest()})
     if not entries:
         raise InputError("--plans names no plan", hint="the job's plans, separated by spaces")
     base = _from_line(context)
