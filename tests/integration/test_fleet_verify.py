@@ -242,3 +242,36 @@ def test_a_hung_nvidia_smi_is_a_finding_within_the_host_deadline(converged_fleet
         assert not still.split(), f"hung nvidia-smi processes left on gpu-a: {still}"
     finally:
         assert restore_nvidia_smi(fleet, "gpu-a") == []
+
+
+def test_verify_reads_the_inventory_as_the_roles_do_and_runs_nothing_it_says(converged_fleet, tmp_path):
+    """Over ssh to the fleet: booleans written as an INI inventory hands them over ("no", "off")
+    turn checks off as they turn the roles' tasks off; a ProxyCommand or a `;` in the inventory's
+    ssh arguments is refused (exit 2) before any host is contacted, and nothing of it runs here."""
+    fleet_file = str(converged_fleet.fleet_file())
+    strings = converged_fleet.inventory(
+        "strings.yml", nvidia_driver_persistenced="no", nvidia_driver_blacklist_nouveau="off"
+    )
+    rc, doc, err = verify(
+        "-i", str(strings), "--fleet", fleet_file, "--only", "reachable,persistence,nouveau-blacklisted"
+    )
+    assert rc == 0, err
+    for host, checks in statuses(doc).items():
+        assert checks == {"reachable": "pass", "persistence": "skip", "nouveau-blacklisted": "skip"}, (host, checks)
+    marker = tmp_path / "pwned"
+    for name, args in (
+        ("proxy.yml", f"-o ProxyCommand='touch {marker}'"),
+        ("semicolon.yml", f"-o ConnectTimeout=5; touch {marker} #"),
+    ):
+        bad = converged_fleet.inventory(name, ansible_ssh_extra_args=args)
+        proc = subprocess.run(
+            [sys.executable, "-m", "provision", "verify", "-i", str(bad), "--fleet", fleet_file],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert "ansible_ssh_extra_args" in proc.stderr
+        assert proc.stdout == ""
+        assert not marker.exists(), f"{name}: the inventory's ssh arguments ran a command on the controller"
