@@ -46,8 +46,9 @@ def test_nvidia_gpus_reads_vendor_device_and_class(tmp_path):
 
 
 def test_secure_boot_state(tmp_path):
-    var = tmp_path / "SecureBoot"
-    assert host_state.secure_boot_state(str(var)) == "unsupported"
+    var = tmp_path / "efivars" / "SecureBoot"
+    assert host_state.secure_boot_state(str(var)) == "unsupported"  # no efivars: a legacy BIOS boot
+    var.parent.mkdir()
     var.write_bytes(b"\x06\x00\x00\x00\x01")
     assert host_state.secure_boot_state(str(var)) == "enabled"
     var.write_bytes(b"\x06\x00\x00\x00\x00")
@@ -161,7 +162,7 @@ def test_boot_kernel_follows_the_vmlinuz_link_else_the_newest(tmp_path, monkeypa
     ],
 )
 def test_boot_check(secure_boot, module, signer, refused, said):
-    why = host_state.boot_check("k", secure_boot, module, signer)
+    why = host_state.boot_check("k", secure_boot, {"path": module, "signer": signer})
     assert (why is not None) == refused
     if refused:
         assert said in why

@@ -11,18 +11,24 @@ description:
     Runs after the roles changed a host and before it is undrained. Every check has a deadline.
     The host fails (and the rollout stops) when nvidia-smi does not answer, reports another driver
     than the plan's or fewer GPUs than the host had before the change, the loaded kernel module is
-    not the planned version, a required service is not active, or Docker has not loaded the nvidia
-    runtime.
+    not the planned version or flavour (open or proprietary, as /proc/driver/nvidia/version names
+    it), a required service is not active, or Docker has not loaded the nvidia runtime.
   - Read-only; it never changes the host.
 options:
   planned_version:
     type: str
     required: true
     description: The driver version of the plan.
+  planned_flavour:
+    type: str
+    choices: [open, proprietary]
+    description: The plan's kernel-module flavour; the loaded module must be it (omitted, not compared).
   check_loaded:
     type: bool
     default: true
-    description: Require the loaded kernel module at the planned version (false where modules are not managed).
+    description: >-
+      Require the loaded kernel module at the planned version and flavour (false where modules are
+      not managed).
   gpus:
     type: int
     default: 0
@@ -55,6 +61,7 @@ EXAMPLES = r"""
 - name: Check the host's health before it returns to service.
   provision.gpu.health:
     planned_version: "{{ provision_driver_version }}"
+    planned_flavour: "{{ provision_driver_kernel_module }}"
     gpus: 8
     services: [nvidia-persistenced, nvidia-fabricmanager, docker]
     docker_runtime: true
@@ -116,15 +123,25 @@ def smi_checks(nvidia_smi, planned, gpus, timeout):
     return checks
 
 
-def loaded_check(path, planned):
+def loaded_check(path, planned, planned_flavour=None):
+    """The loaded module against the plan: its version and, when planned_flavour is given, its flavour."""
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
-            m = _VERSION.search(handle.read())
+            text = handle.read()
     except OSError:
-        m = None
+        text = ""
+    line = next((x for x in text.splitlines() if x.startswith("NVRM version:")), "")
+    m = _VERSION.search(line)
     loaded = m.group(1) if m else None
-    return {"name": "loaded-module", "ok": loaded == planned,
-            "detail": "loaded kernel module %s, planned %s" % (loaded or "none", planned)}
+    flavour = ("open" if "Open Kernel Module" in line else "proprietary") if m else None
+    if planned_flavour:
+        ok = loaded == planned and flavour == planned_flavour
+        detail = "loaded kernel module %s, planned %s %s" % (
+            "%s %s" % (loaded, flavour) if loaded else "none", planned, planned_flavour)
+    else:
+        ok = loaded == planned
+        detail = "loaded kernel module %s, planned %s" % (loaded or "none", planned)
+    return {"name": "loaded-module", "ok": ok, "detail": detail}
 
 
 def service_checks(services, timeout):
@@ -147,6 +164,7 @@ def main():
     module = AnsibleModule(
         argument_spec={
             "planned_version": {"type": "str", "required": True},
+            "planned_flavour": {"type": "str", "choices": ["open", "proprietary"]},
             "check_loaded": {"type": "bool", "default": True},
             "gpus": {"type": "int", "default": 0},
             "services": {"type": "list", "elements": "str", "default": []},
@@ -160,7 +178,7 @@ def main():
     p = module.params
     checks = smi_checks(p["nvidia_smi"], p["planned_version"], p["gpus"], p["timeout"])
     if p["check_loaded"]:
-        checks.append(loaded_check(p["driver_version_path"], p["planned_version"]))
+        checks.append(loaded_check(p["driver_version_path"], p["planned_version"], p["planned_flavour"]))
     checks += service_checks(p["services"], p["timeout"])
     if p["docker_runtime"]:
         checks.append(docker_check(p["timeout"]))

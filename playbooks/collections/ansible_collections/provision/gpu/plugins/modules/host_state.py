@@ -8,10 +8,19 @@ module: host_state
 short_description: NVIDIA GPU host state and driver-activation decision
 description:
   - Lists NVIDIA PCI devices (vendor 0x10de), the Secure Boot state, whether the nvidia and
-    nouveau kernel modules are loaded, the loaded NVIDIA driver version, and the processes using
-    the GPUs.
-  - With I(reboot_policy), decides how to activate a newly installed driver; C(action) is
-    C(none), C(load) (modprobe, no reboot) or C(reboot).
+    nouveau kernel modules are loaded, the loaded NVIDIA driver version and its flavour (open or
+    proprietary kernel modules), and the processes using the GPUs.
+  - >-
+    The Secure Boot state is C(unknown), never C(unsupported), when the variable is there but cannot
+    be read (permissions, an I/O error, a short value) or when efivarfs is not mounted on an EFI boot
+    (its directory empty): the roles then act as under Secure Boot, failing closed.
+  - >-
+    With I(reboot_policy), decides how to activate a newly installed driver; C(action) is C(none),
+    C(load) (modprobe, no reboot) or C(reboot). A loaded module of the planned version but the
+    other flavour (an open/proprietary switch) needs activating like another version. Before a
+    reboot, the nvidia module built for the kernel that will boot must be the planned version and
+    flavour (modinfo), and signed under Secure Boot (or when its state is unknown); otherwise
+    C(action) is C(refuse).
 options:
   pci_devices_path:
     description: Directory of PCI devices (one entry per device, each with vendor and device files).
@@ -40,6 +49,10 @@ options:
   planned_version:
     description: The driver version the plan installs.
     type: str
+  planned_flavour:
+    description: The kernel-module flavour the plan installs; omitted, the flavour is not compared.
+    type: str
+    choices: [open, proprietary]
   driver_changed:
     description: Whether this run changed the driver packages.
     type: bool
@@ -82,7 +95,9 @@ gpus:
   type: list
   returned: always
 secure_boot:
-  description: enabled, disabled or unsupported (no EFI variable).
+  description: >-
+    enabled, disabled, unsupported (no SecureBoot variable: a legacy BIOS boot, or firmware without
+    Secure Boot) or unknown (the variable or efivarfs cannot be read).
   type: str
   returned: always
 nvidia_loaded:
@@ -95,6 +110,12 @@ nouveau_loaded:
   returned: always
 loaded_version:
   description: Version of the loaded NVIDIA kernel module, or null.
+  type: str
+  returned: always
+loaded_flavour:
+  description: >-
+    open or proprietary, the loaded NVIDIA kernel module's flavour (/proc/driver/nvidia/version
+    names the open modules "Open Kernel Module"), or null when none is loaded.
   type: str
   returned: always
 gpu_processes:
@@ -120,6 +141,14 @@ boot_module:
   description: The nvidia module built for boot_kernel (modinfo -k), or null.
   type: str
   returned: when action is reboot or refuse
+boot_module_version:
+  description: That module's version (modinfo -F version), or null.
+  type: str
+  returned: when action is reboot or refuse
+boot_module_flavour:
+  description: That module's flavour from its licence (C(Dual MIT/GPL) open, C(NVIDIA) proprietary), or null.
+  type: str
+  returned: when action is reboot or refuse
 disk_free_mb:
   description: Free MiB (for unprivileged users) on the file system holding disk_path.
   type: int
@@ -127,7 +156,8 @@ disk_free_mb:
 action:
   description: >-
     none, load or reboot; refuse when a reboot is needed but the kernel that would boot has no
-    nvidia module (or, under Secure Boot, only an unsigned one).
+    nvidia module of the planned version and flavour (or, under Secure Boot or an unknown Secure
+    Boot state, only an unsigned one).
   type: str
   returned: when reboot_policy is given
 reason:
@@ -145,6 +175,10 @@ from ansible.module_utils.basic import AnsibleModule
 
 NVIDIA_VENDOR = "0x10de"
 _VERSION = re.compile(r"Kernel Module(?: for [^ ]+)?\s+(\d+\.\d+(?:\.\d+)?)")
+# The licence each flavour's nvidia.ko declares: the open modules MODULE_LICENSE("Dual MIT/GPL")
+# (NVIDIA/open-gpu-kernel-modules, kernel-open/nvidia/nv-frontend.c), the proprietary ones "NVIDIA"
+# (the kernel logs "module license 'NVIDIA' taints kernel" when it loads).
+LICENSE_FLAVOURS = {"Dual MIT/GPL": "open", "NVIDIA": "proprietary"}
 
 
 def nvidia_gpus(pci_path):
@@ -167,13 +201,26 @@ def nvidia_gpus(pci_path):
 
 
 def secure_boot_state(efivar):
+    """enabled, disabled, unsupported (no variable) or unknown (it, or efivarfs, cannot be read)."""
     try:
         with open(efivar, "rb") as handle:
             data = handle.read()
+    except FileNotFoundError:
+        folder = os.path.dirname(efivar)
+        try:
+            mounted = bool(os.listdir(folder))
+        except FileNotFoundError:
+            return "unsupported"  # no efivars folder: a legacy BIOS boot
+        except OSError:
+            return "unknown"
+        # the kernel makes an empty efivars folder on every EFI boot; empty, efivarfs is not mounted
+        return "unsupported" if mounted else "unknown"
     except OSError:
-        return "unsupported"
-    # efivarfs: 4 bytes of attributes, then the value byte
-    return "enabled" if len(data) >= 5 and data[4] == 1 else "disabled"
+        return "unknown"  # there, but unreadable: Secure Boot may well be on
+    # efivarfs: 4 bytes of attributes, then the value byte (1 on, 0 off)
+    if len(data) != 5 or data[4] not in (0, 1):
+        return "unknown"
+    return "enabled" if data[4] == 1 else "disabled"
 
 
 def loaded_modules(proc_modules):
@@ -184,6 +231,15 @@ def loaded_modules(proc_modules):
 def loaded_version(version_path):
     m = _VERSION.search(_read(version_path) or "")
     return m.group(1) if m else None
+
+
+def loaded_flavour(version_path):
+    """open or proprietary, from the NVRM line of /proc/driver/nvidia/version; None when not loaded."""
+    text = _read(version_path) or ""
+    line = next((x for x in text.splitlines() if x.startswith("NVRM version:")), "")
+    if not _VERSION.search(line):
+        return None
+    return "open" if "Open Kernel Module" in line else "proprietary"
 
 
 def gpu_processes(nvidia_smi):
@@ -300,38 +356,69 @@ def modinfo(kernel, field):
     return proc.stdout.strip() if proc.returncode == 0 else None
 
 
-def boot_check(kernel, secure_boot, module_path, signer):
-    """None when the kernel that will boot can load nvidia; else why not, and the fix."""
-    if not module_path:
+def boot_check(kernel, secure_boot, module, planned=None):
+    """None when the kernel that will boot loads the planned nvidia module; else why not, and the fix.
+    module: {path, version, flavour, signer} from modinfo (path None when there is none);
+    planned: (version, flavour or None), None to accept any version."""
+    path = module.get("path")
+    if not path:
         return (
             "no nvidia module is built for %s, the kernel the next boot starts: it would come up without "
             "a GPU driver. Run `dkms autoinstall -k %s` (or install that kernel's headers and rerun), "
             "or boot the running kernel by default" % (kernel, kernel)
         )
-    if secure_boot == "enabled" and not signer:
+    if planned is not None:
+        version, flavour = planned
+        if module.get("version") != version or (flavour and module.get("flavour") != flavour):
+            return (
+                "the nvidia module built for %s, the kernel the next boot starts, is %s %s (%s), not the planned "
+                "%s %s: it would boot another driver. Check `dkms status`, rebuild with `dkms autoinstall -k %s`, "
+                "or remove the other flavour's packages"
+                % (kernel, module.get("version") or "of unknown version", module.get("flavour") or "of unknown flavour",
+                   path, version, flavour or "", kernel)
+            )
+    if secure_boot in ("enabled", "unknown") and not module.get("signer"):
+        state = "enabled" if secure_boot == "enabled" else "unknown (its EFI variable cannot be read)"
         return (
-            "Secure Boot is enabled and the nvidia module for %s (%s) is unsigned: it would not load. "
+            "Secure Boot is %s and the nvidia module for %s (%s) is unsigned: it would not load. "
             "Set nvidia_driver_module_signing_key/cert (an enrolled MOK) and rebuild it with dkms"
-            % (kernel, module_path)
+            % (state, kernel, path)
         )
     return None
 
 
-def decide(policy, planned, loaded, nvidia_loaded, nouveau_loaded, changed):
-    """How to activate the planned driver: (action, reason) with action none | load | reboot."""
+def boot_module(kernel):
+    """The nvidia module modinfo finds for kernel: {path, version, flavour, signer}."""
+    path = modinfo(kernel, "filename")
+    if not path:
+        return {"path": None, "version": None, "flavour": None, "signer": None}
+    license_ = modinfo(kernel, "license")
+    return {
+        "path": path,
+        "version": modinfo(kernel, "version") or None,
+        "flavour": LICENSE_FLAVOURS.get(license_ or ""),
+        "signer": modinfo(kernel, "signer"),
+    }
+
+
+def decide(policy, planned, loaded, nvidia_loaded, nouveau_loaded, changed, planned_flavour=None, flavour=None):
+    """How to activate the planned driver: (action, reason) with action none | load | reboot.
+    A loaded module of the planned version but another flavour is not the planned driver."""
+    want = "%s %s" % (planned, planned_flavour) if planned_flavour else planned
+    have = "%s %s" % (loaded, flavour) if planned_flavour and loaded else loaded
     if policy == "always" and changed:
         return "reboot", "nvidia_driver_reboot is always and the driver changed"
-    if loaded == planned:
-        return "none", f"driver {planned} is already loaded"
+    if loaded == planned and (not planned_flavour or flavour == planned_flavour):
+        return "none", f"driver {want} is already loaded"
     if policy == "never":
         if loaded is None and not nouveau_loaded:
             return "load", "no NVIDIA module is loaded; loading it needs no reboot"
-        return "none", (f"driver {loaded or 'nouveau'} stays loaded until the next reboot "
-                        f"(nvidia_driver_reboot is never); {planned} is installed")
+        return "none", (f"driver {have or 'nouveau'} stays loaded until the next reboot "
+                        f"(nvidia_driver_reboot is never); {want} is installed")
     if nouveau_loaded:
         return "reboot", "nouveau holds the GPU; a reboot applies the blacklist and loads nvidia"
     if nvidia_loaded or loaded is not None:
-        return "reboot", f"driver {loaded} is loaded; {planned} takes effect after a reboot"
+        return "reboot", f"driver {have} is loaded; {want} takes effect after a reboot"
     return "load", "no NVIDIA module is loaded; loading it needs no reboot"
 
 
@@ -362,6 +449,7 @@ def main():
             "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
             "reboot_policy": {"type": "str", "choices": ["auto", "never", "always"]},
             "planned_version": {"type": "str"},
+            "planned_flavour": {"type": "str", "choices": ["open", "proprietary"]},
             "driver_changed": {"type": "bool", "default": False},
             "disk_path": {"type": "path", "default": "/"},
             "proc_path": {"type": "path", "default": "/proc"},
@@ -373,6 +461,7 @@ def main():
     p = module.params
     modules = loaded_modules(p["proc_modules_path"])
     version = loaded_version(p["driver_version_path"])
+    flavour = loaded_flavour(p["driver_version_path"])
     pids, smi_error = gpu_processes(p["nvidia_smi"])
     use, evidence = gpu_use("nvidia" in modules, pids, smi_error, device_users(p["proc_path"]),
                             uvm_refcount(p["sys_module_path"]))
@@ -383,6 +472,7 @@ def main():
         "nvidia_loaded": "nvidia" in modules,
         "nouveau_loaded": "nouveau" in modules,
         "loaded_version": version,
+        "loaded_flavour": flavour,
         "gpu_processes": pids or [],
         "nvidia_smi_error": smi_error,
         "gpu_use": use,
@@ -394,12 +484,13 @@ def main():
             module.fail_json(msg="planned_version is required with reboot_policy", **result)
         result["action"], result["reason"] = decide(
             p["reboot_policy"], p["planned_version"], version, "nvidia" in modules, "nouveau" in modules,
-            p["driver_changed"])
+            p["driver_changed"], p["planned_flavour"], flavour)
         if result["action"] == "reboot":
             kernel = boot_kernel(p["boot_path"], os.uname().release)
-            path = modinfo(kernel, "filename")
-            result["boot_kernel"], result["boot_module"] = kernel, path
-            refusal = boot_check(kernel, result["secure_boot"], path, modinfo(kernel, "signer") if path else None)
+            module_ = boot_module(kernel)
+            result.update(boot_kernel=kernel, boot_module=module_["path"], boot_module_version=module_["version"],
+                          boot_module_flavour=module_["flavour"])
+            refusal = boot_check(kernel, result["secure_boot"], module_, (p["planned_version"], p["planned_flavour"]))
             if refusal:
                 result["action"], result["reason"] = "refuse", refusal
     module.exit_json(**result)
