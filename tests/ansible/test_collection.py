@@ -58,7 +58,7 @@ def test_tarball_holds_the_roles_modules_and_playbooks(installed):
     assert sorted(p.name for p in (got / "roles").iterdir()) == ROLE_NAMES
     assert {"preflight", "nvidia_driver", "container_runtime", "mig"} <= set(ROLE_NAMES)
     assert {p.name for p in (got / "playbooks").iterdir()} == {"site.yml", "release_lock.yml", "vars"}
-    assert [p.name for p in (got / "playbooks" / "vars").iterdir()] == ["converged_state.yml"]
+    assert sorted(p.name for p in (got / "playbooks" / "vars").iterdir()) == ["converged_state.yml", "safety.yml"]
     manifest = json.loads((got / "MANIFEST.json").read_text())["collection_info"]
     assert (manifest["namespace"], manifest["name"]) == ("provision", "gpu")
 

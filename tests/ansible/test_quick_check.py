@@ -42,15 +42,17 @@ def test_the_check_play_comes_first_and_rolls_nothing():
     assert check["max_fail_percentage"] == rolling["max_fail_percentage"]
     assert check["timeout"] == rolling["timeout"]
     assert check["become"] is True
-    # it changes nothing: it loads the plan, fixes the digest, checks, sorts
+    # it changes nothing: it loads the plan, checks the guards, fixes the digest, checks, sorts
     modules = [next(k for k in t if "." in k) for t in check["tasks"]]
     assert modules == [
         "ansible.builtin.include_vars",
+        *["ansible.builtin.assert"] * 4,  # booleans, bounds, batch size, host names (test_safety_guards.py)
         "ansible.builtin.set_fact",
         "provision.gpu.applied_state",
         "ansible.builtin.group_by",
     ]
-    assert check["tasks"][2]["provision.gpu.applied_state"]["mode"] == "check"
+    (compare,) = [t for t in check["tasks"] if "provision.gpu.applied_state" in t]
+    assert compare["provision.gpu.applied_state"]["mode"] == "check"
     assert all("always" in t["tags"] for t in check["tasks"]), "--tags never skips the check"
     key = sort_task(check)["ansible.builtin.group_by"]["key"]
     assert f"'{CONVERGED_GROUP}'" in key
@@ -63,7 +65,8 @@ def test_the_check_play_comes_first_and_rolls_nothing():
 
 def test_both_plays_share_one_definition_of_the_converged_state():
     for play in plays():
-        assert play["vars_files"] == [VARS_FILE], play["name"]
+        assert play["vars_files"][0] == VARS_FILE, play["name"]
+        assert play["vars_files"][1:] in ([], ["vars/safety.yml"]), "the check play also reads the safety list"
         assert not SHARED & set(play.get("vars", {})), "defined once, in the vars file"
     shared = yaml.safe_load((SITE.parent / VARS_FILE).read_text())
     assert set(shared) == SHARED
