@@ -124,13 +124,7 @@ class MigPlan:
         return dict(Counter(i.profile.name for i in self.instances))
 
     def note(self) -> str | None:
-        if self.profile_set.placements_confirmed:
-            return None
-        return (
-            f"placements for {self.profile_set.id} come from the same die family, not from an -lgipp "
-            f"capture of this GPU; check them with `nvidia-smi mig -lgipp` on the host "
-            f"[data: {self.profile_set.note}]"
-        )
+        return placements_note(self.profile_set)
 
     def to_dict(self) -> dict[str, Any]:
         ps = self.profile_set
@@ -157,6 +151,17 @@ class MigPlan:
         doc["mig_parted"] = mig_parted_config(self)
         doc["ansible_vars"] = ansible_vars(self)
         return doc
+
+
+def placements_note(profile_set: MigProfileSet) -> str | None:
+    """What to check on the host when no -lgipp capture of this exact GPU backs the placements."""
+    if profile_set.placements_confirmed:
+        return None
+    return (
+        f"placements for {profile_set.id} come from the same die family, not from an -lgipp "
+        f"capture of this GPU; check them with `nvidia-smi mig -lgipp` on the host "
+        f"[data: {profile_set.note}]"
+    )
 
 
 # -- parsing ---------------------------------------------------------------------------------

@@ -401,7 +401,7 @@ def run(*args):
 
 
 def test_cli_yaml_and_json():
-    r = run("--gpu", "h100-sxm", "--layout", "3g.40gb,2g.20gb,1g.10gb,1g.10gb")
+    r = run("--gpu", "h100-sxm", "--layout", "3g.40gb,2g.20gb,1g.10gb,1g.10gb", "--format", "yaml")
     assert r.exit_code == 0, r.output
     doc = yaml.safe_load(r.stdout)
     assert doc["gpu"] == "h100-sxm"
