@@ -114,7 +114,26 @@ class LiveProgress:
 @click.option(
     "--allow-disruption",
     is_flag=True,
-    help="Change the driver even while the GPUs are in use, or their use cannot be known.",
+    help="Change the driver even while the GPUs are in use, or their use cannot be known (also restarts "
+    "Docker with containers running and lets the mig role reset GPUs). Recorded in the summary.",
+)
+@click.option(
+    "--no-gpu-process-check",
+    is_flag=True,
+    help="Skip preflight's check for processes using the GPUs before a driver change "
+    "(preflight_check_gpu_processes: false). Recorded in the summary.",
+)
+@click.option(
+    "--allow-mig-reset",
+    is_flag=True,
+    help="Let the mig role reset a GPU whose MIG mode change is pending, stopping its clients "
+    "(mig_allow_reset: true). Recorded in the summary.",
+)
+@click.option(
+    "--no-health-gate",
+    is_flag=True,
+    help="Return changed hosts to service without the health gate (provision_health_gate: false). "
+    "Recorded in the summary.",
 )
 @click.option(
     "--drain-command",
@@ -130,7 +149,13 @@ class LiveProgress:
 @click.option("--drain-on", "drain_delegate", metavar="HOST", help="Run the drain commands on this inventory host.")
 @click.option("--full", is_flag=True, help="Run every task, also on hosts whose recorded state still holds.")
 @click.option(
-    "-e", "--extra-vars", "extra", multiple=True, metavar="KEY=VALUE", help="Site variables (role_prefixed names)."
+    "-e",
+    "--extra-vars",
+    "extra",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A role variable (preflight_*, nvidia_driver_*, container_runtime_*, mig_*), one line; passed to Ansible "
+    "as data, never templated. Safety switches only by their flags above.",
 )
 @click.option("--run-dir", type=click.Path(file_okay=False), help="Run folder (default: ./provision-runs/<time>-<id>).")
 @click.pass_context
@@ -149,6 +174,9 @@ def apply_cmd(
     forks,
     task_timeout,
     allow_disruption,
+    no_gpu_process_check,
+    allow_mig_reset,
+    no_health_gate,
     full,
     drain_command,
     undrain_command,
@@ -159,20 +187,16 @@ def apply_cmd(
     """Provision hosts to match their plan: driver, Fabric Manager, Docker, the Container Toolkit and the plan's MIG layout.
 
     Runs playbooks/site.yml through ansible-runner; its private data directory stays in the run
-    folder as the run's artifacts. Exit 0 when every host succeeded, 1 when some failed or were
-    unreachable, 2 for bad input (nothing is touched then).
+    folder (0700: it holds every -e value) as the run's artifacts, beside summary.json. Exit 0 when
+    every host succeeded, 1 when some failed or were unreachable, 2 for bad input (nothing is
+    touched then).
     """
     from provision.fleet.apply import ApplyRequest, apply
+    from provision.fleet.extravars import site_vars
     from provision.resources import playbooks_dir
 
-    extra_vars = {}
-    for item in extra:
-        key, sep, value = item.partition("=")
-        if not sep or not key or key.startswith("provision_"):
-            raise click.BadParameter(
-                f"{item!r}: give KEY=VALUE with a site variable (provision_* are the plan's)", param_hint="-e"
-            )
-        extra_vars[key] = value
+    playbooks = playbooks_dir()
+    extra_vars = site_vars(extra, playbooks)
     request = ApplyRequest(
         inventory=inventory,
         plan=plan_file,
@@ -186,6 +210,9 @@ def apply_cmd(
         forks=forks,
         task_timeout=task_timeout,
         allow_disruption=allow_disruption,
+        no_gpu_process_check=no_gpu_process_check,
+        allow_mig_reset=allow_mig_reset,
+        no_health_gate=no_health_gate,
         extra_vars=extra_vars,
         run_dir=run_dir,
         full=full,
@@ -194,9 +221,7 @@ def apply_cmd(
         drain_delegate=drain_delegate,
     )
     with LiveProgress() as progress:
-        prepared, result = apply(
-            request, matrix_loader=matrix_loader(ctx), playbooks=playbooks_dir(), on_event=progress
-        )
+        prepared, result = apply(request, matrix_loader=matrix_loader(ctx), playbooks=playbooks, on_event=progress)
     rows = [
         (
             h.host,
@@ -210,29 +235,39 @@ def apply_cmd(
         )
         for h in result.hosts
     ]
-    _write_summary(prepared, result, check)
+    ran = not all(h.not_run is not None for h in result.hosts)
+    code = (0 if result.succeeded else 1) if ran else 1
+    _write_summary(prepared, result, check, code)
     title = f"provision apply{' --check' if check else ''}: {len(result.hosts)} host(s), {result.status}"
     print_table(("host", "result", "ok", "changed", "failed", "unreachable", "rebooted", "cause"), rows, title=title)
+    for off in prepared.guards_off:
+        click.echo(f"guard off by {off.flag}: {off.guard} ({off.variable}: {str(off.value).lower()})")
     click.echo(f"run folder: {prepared.run_dir}")
-    if all(h.not_run is not None for h in result.hosts):
+    if not ran:
         click.echo(
             f"error: the playbook did not run (ansible-runner status {result.status}); see {result.artifacts}", err=True
         )
-        return 1
-    return 0 if result.succeeded else 1
+    return code
 
 
-def _write_summary(prepared, result, check: bool) -> None:
+def _write_summary(prepared, result, check: bool, code: int) -> None:
     import json
     import os
 
+    from provision.fleet.apply import write_private
+
     doc = {
         "status": result.status,
-        "rc": result.rc,
+        "rc": code,  # what provision apply exited with
+        "ansible_rc": result.rc,  # ansible-playbook's own (4: a host was unreachable)
         "check": check,
         "succeeded": result.succeeded,
         "artifacts": result.artifacts,
         "plans": {group: plan.digest() for group, plan in prepared.plans.items()},
+        "guards_off": [
+            {"flag": off.flag, "variable": off.variable, "value": off.value, "guard": off.guard}
+            for off in prepared.guards_off
+        ],
         "hosts": {
             h.host: {
                 "ok": h.ok,
@@ -248,8 +283,7 @@ def _write_summary(prepared, result, check: bool) -> None:
             for h in result.hosts
         },
     }
-    with open(os.path.join(prepared.run_dir, "summary.json"), "w", encoding="utf-8") as handle:
-        json.dump(doc, handle, indent=2)
+    write_private(os.path.join(prepared.run_dir, "summary.json"), json.dumps(doc, indent=2) + "\n")
 
 
 @click.group("inventory")
@@ -265,21 +299,26 @@ def inventory_group():
 @click.option("--plan", "plan_file", type=click.Path(dir_okay=False), help="Or one plan lock file for every host.")
 @click.pass_context
 def inventory_check_cmd(ctx, *, inventory, fleet_file, plan_file):
-    """Run the checks provision apply runs before it starts, and list every problem.
+    """Run the checks provision apply runs before it starts, list each with pass or FAIL, and every problem.
 
-    With --fleet or --plan: exactly apply's validation (the inventory parses, each group's plan
-    resolves or its lock file is a valid, unedited plan, every host is planned exactly once,
-    connection variables are sane). With neither: the inventory and its connection variables
-    only, and an inventory whose hosts are all ungrouped is refused (no fleet file can plan
-    them). Exit 0 when apply would start, 2 on problems (as apply).
+    It reads the files only and connects to no host (provision verify does). The checks: the
+    inventory is YAML or INI data (no executable, no inventory plugin); host names are host names
+    or addresses; connection variables hold no shell metacharacter and no ssh option that runs a
+    program on this machine; no safety switch is turned off and every deadline is within its
+    bounds (only apply's flags turn a guard off); and with --fleet or --plan, exactly apply's
+    validation of the plans (each group's request resolves, or its lock file is a valid, unedited
+    plan the catalogue agrees with) and of the groups (every host planned exactly once). With
+    neither, an inventory whose hosts are all ungrouped is refused (no fleet file can plan them).
+    Exit 0 when apply would start, 2 on problems (as apply).
     """
     from provision.fleet.apply import check_run
-    from provision.fleet.inventory import check_inventory, load_inventory, ungrouped_hosts
+    from provision.fleet.inventory import CHECKS, GROUPS, check_inventory, read_inventory, ungrouped_hosts
 
-    if fleet_file or plan_file:
+    planned_run = bool(fleet_file or plan_file)
+    if planned_run:
         inv, plans, groups, problems = check_run(inventory, plan_file, fleet_file, matrix_loader(ctx))
     else:
-        inv, plans, groups = load_inventory(inventory), {}, None
+        inv, plans, groups = read_inventory(inventory), {}, None
         problems = check_inventory(inv, None)
     rows = []
     for host, hv in sorted(inv.hosts.items()):
@@ -287,21 +326,45 @@ def inventory_check_cmd(ctx, *, inventory, fleet_file, plan_file):
             planned = "all" if plans else "-"
         else:
             planned = ", ".join(g for g in groups if host in inv.groups.get(g, set())) or "-"
-        rows.append((host, hv.get("ansible_host", host), hv.get("ansible_port", 22), planned))
+        rows.append((_cell(host), _cell(hv.get("ansible_host", host)), _cell(hv.get("ansible_port", 22)), planned))
     print_table(("host", "address", "port", "planned group"), rows, title=f"{len(inv.hosts)} host(s) in {inventory}")
     for group, plan in plans.items():
+        click.echo(f"plan {group}: {plan_line(plan)}")
+    failed = {p.check for p in problems}
+    done = {
+        "host names": f"{len(inv.hosts)} inventory host name(s), each a host name or IP address",
+        "connection variables": "no shell metacharacter, template or control character; no ssh option that runs "
+        "a program here (ProxyCommand, LocalCommand, -F, ...); ports, users, key files; one host per address",
+        "safety switches": "no guard turned off, every deadline and limit within its bounds, no controller command",
+        GROUPS: (
+            "every host in exactly one planned group; no group named as apply sorts hosts"
+            if planned_run
+            else "no group named as apply sorts hosts (planned groups not checked: give --fleet FILE or --plan FILE)"
+        ),
+    }
+    click.echo("checks (the files only: no host was contacted):")
+    click.echo("  pass  inventory data: read as YAML/INI only (no executable, no inventory plugin)")
+    for check in CHECKS:
+        count = sum(1 for p in problems if p.check == check)
         click.echo(
-            f"plan {group}: {plan.gpu.id} on {plan.os.id}, driver {plan.driver.version}, CUDA {plan.cuda.version}"
+            f"  {'FAIL' if check in failed else 'pass'}  {check}: " + (f"{count} problem(s)" if count else done[check])
         )
+    if planned_run:
+        what = f"{len(plans)} group plan(s) resolve" if fleet_file else "the lock file"
+        click.echo(f"  pass  plans: {what}, valid and held to the catalogue")
+    else:
+        click.echo("  skip  plans: not checked (give --fleet FILE or --plan FILE)")
     if problems:
-        for p in problems:
-            click.echo(f"error: {p.host + ': ' if p.host else ''}{p.text}", err=True)
+        for line in merged(problems):
+            click.echo(f"error: {line}", err=True)
         fix = "the inventory or the fleet file" if fleet_file else "the inventory"
         click.echo(f"hint: fix {fix}; provision apply refuses to start until this passes", err=True)
         return 2
-    if fleet_file or plan_file:
-        what = "every group's plan resolves, every host is planned exactly once" if fleet_file else "the plan is valid"
-        click.echo(f"ok: {what} and the connection variables are sane (the checks provision apply runs first)")
+    if planned_run:
+        click.echo(
+            "ok: every check provision apply runs before it starts passed (no host was contacted: "
+            "provision verify checks the hosts themselves)"
+        )
         return 0
     lonely = ungrouped_hosts(inv)
     if len(lonely) == len(inv.hosts):
@@ -314,7 +377,38 @@ def inventory_check_cmd(ctx, *, inventory, fleet_file, plan_file):
     if lonely:
         click.echo(f"note: in no group but all (no fleet file can plan them): {', '.join(lonely)}", err=True)
     click.echo(
-        "connection variables are sane; the plans were not checked: give --fleet FILE or --plan FILE "
+        "the inventory passed; the plans were not checked: give --fleet FILE or --plan FILE "
         "to run every check provision apply runs"
     )
     return 0
+
+
+def plan_line(plan) -> str:
+    """One plan in a line: GPU, OS, driver and, with an image part, its CUDA (a host-only plan has none)."""
+    image = f"CUDA {plan.cuda.version}" if plan.cuda is not None else "host only (no image part)"
+    return f"{plan.gpu.id} on {plan.os.id}, driver {plan.driver.version}, {image}"
+
+
+def _cell(value) -> str:
+    """A table cell from an inventory value: shown as Python writes it where it holds a control character."""
+    from provision.documents import control_character
+
+    text = str(value)
+    return repr(text) if control_character(text) else text
+
+
+def merged(problems) -> list[str]:
+    """One line per problem text, naming the hosts that share it (a group variable repeats on every host)."""
+    hosts: dict[str, list[str]] = {}
+    for p in problems:
+        hosts.setdefault(p.text, [])
+        if p.host:
+            hosts[p.text].append(p.host)
+    out = []
+    for text, names in hosts.items():
+        if not names:
+            out.append(text)
+            continue
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        out.append(f"{shown}: {text}")
+    return out

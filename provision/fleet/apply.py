@@ -6,10 +6,12 @@ import os
 import re
 import secrets
 import socket
+import stat
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
+from provision.documents import control_character
 from provision.errors import InputError
 from provision.fleet.extravars import dump_unsafe_yaml, to_extravars
 from provision.fleet.inventory import (
@@ -18,7 +20,8 @@ from provision.fleet.inventory import (
     check_group_name,
     check_inventory,
     load_fleet,
-    load_inventory,
+    one_line,
+    read_inventory,
 )
 from provision.fleet.runner import APPLY_FORKS
 from provision.plan.lockcheck import check_run_plans
@@ -47,6 +50,28 @@ class ApplyRequest(NamedTuple):
     drain_delegate: str | None = None  # where they run (default: the controller)
     forks: int = APPLY_FORKS  # hosts Ansible works on at once (playbooks/ansible.cfg's forks)
     task_timeout: int | None = None  # seconds any one task may run (site.yml's default: 1800)
+    # the safety switches only these flags turn off (provision.fleet.guards; recorded in the summary)
+    no_health_gate: bool = False  # provision_health_gate: false
+    no_gpu_process_check: bool = False  # preflight_check_gpu_processes: false
+    allow_mig_reset: bool = False  # mig_allow_reset: true
+
+
+# ApplyRequest field -> (the switch it sets, the flag)
+SWITCH_FLAGS = {
+    "allow_disruption": ("provision_allow_disruption", "--allow-disruption"),
+    "no_health_gate": ("provision_health_gate", "--no-health-gate"),
+    "no_gpu_process_check": ("preflight_check_gpu_processes", "--no-gpu-process-check"),
+    "allow_mig_reset": ("mig_allow_reset", "--allow-mig-reset"),
+}
+
+
+class GuardOff(NamedTuple):
+    """A guard this run turned off, and the flag that did."""
+
+    variable: str
+    value: bool
+    flag: str
+    guard: str
 
 
 class Prepared(NamedTuple):
@@ -54,6 +79,7 @@ class Prepared(NamedTuple):
     plans: dict[str, Plan]  # group ("all" for a single plan) -> plan
     extravars: dict[str, Any]
     run_dir: str
+    guards_off: tuple[GuardOff, ...] = ()
 
 
 class Checked(NamedTuple):
@@ -63,28 +89,42 @@ class Checked(NamedTuple):
     problems: list[Problem]  # every problem of the inventory against the plans
 
 
-def check_run(inventory: str, plan: str | None, fleet: str | None, matrix_loader: Callable[[], Any]) -> Checked:
+def check_run(
+    inventory: str,
+    plan: str | None,
+    fleet: str | None,
+    matrix_loader: Callable[[], Any],
+    playbooks: str | None = None,
+) -> Checked:
     """What apply checks about its inputs before anything is written, and what `provision
-    inventory check` runs: exactly one of a lock file and a fleet file; the inventory parses;
-    the lock file (or each fleet group's lock file) is a valid, unedited plan and each fleet
-    group's request resolves; group names are usable; every host is planned once and its
-    connection variables are sane. InputError for an unusable file or plan; the inventory's
-    problems are returned, all of them."""
+    inventory check` runs: exactly one of a lock file and a fleet file; the inventory is YAML or
+    INI data and parses; the lock file (or each fleet group's lock file) is a valid, unedited plan
+    the catalogue agrees with and each fleet group's request resolves; group names are usable;
+    host names, connection variables and safety switches keep the boundary; every host is planned
+    once. InputError for an unusable file or plan; the inventory's problems are returned, all of them."""
     if bool(plan) == bool(fleet):
         raise InputError("give exactly one of --plan and --fleet", hint="--plan plan.lock.json, or --fleet fleet.yaml")
-    inv = load_inventory(inventory)
+    inv = read_inventory(inventory, playbooks)
     plans, groups = load_plans(plan, fleet, matrix_loader)
     check_run_plans(plans, matrix_loader, plan)  # a lock against the catalogue's rows, not only its schema
     for group in plans:
         check_group_name(group)
-    return Checked(inv, plans, groups, check_inventory(inv, groups))
+    return Checked(inv, plans, groups, check_inventory(inv, groups, playbooks))
 
 
 def prepare(request: ApplyRequest, *, matrix_loader: Callable[[], Any], playbooks: str) -> Prepared:
     """Validate everything and write the run folder; touches no host."""
-    if request.serial is not None and not re.fullmatch(r"[1-9]\d*%?", request.serial):
+    from provision.fleet.extravars import check_site_vars
+    from provision.fleet.guards import load_safety
+
+    safety = load_safety(playbooks)
+    # Ansible reads a batch of 0 as every host at once: never (nor 0%, 00, -1, over 100%)
+    if request.serial is not None and not (
+        re.fullmatch(r"[0-9]{1,9}%?", request.serial) and safety.serial.match(request.serial)
+    ):
         raise InputError(
-            f"--serial {request.serial!r} is not a host count or percentage", hint="e.g. --serial 1 or --serial 25%"
+            f"--serial {request.serial!r} is not a host count or percentage",
+            hint="e.g. --serial 1 or --serial 25%: a positive number of hosts, or 1% to 100% (0 would be all at once)",
         )
     if request.max_fail_percentage is not None and not 0 <= request.max_fail_percentage <= 100:
         raise InputError("--max-fail-percentage must be between 0 and 100", hint="e.g. --max-fail-percentage 20")
@@ -100,30 +140,33 @@ def prepare(request: ApplyRequest, *, matrix_loader: Callable[[], Any], playbook
         )
     if request.tags is not None:
         check_tags(request.tags, playbooks)
-    inventory, plans, groups, problems = check_run(request.inventory, request.plan, request.fleet, matrix_loader)
+    check_site_vars(request.extra_vars, playbooks)
+    for key in ("drain_command", "undrain_command", "drain_delegate"):
+        value = getattr(request, key)
+        if value and (control_character(value) or not value.strip()):
+            raise InputError(f"--{key.replace('_', '-')} must be one line", hint="one command; no shell runs it")
+    inventory, plans, groups, problems = check_run(
+        request.inventory, request.plan, request.fleet, matrix_loader, playbooks
+    )
     if problems:
-        first = problems[0]
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise InputError(
-            f"{first.host + ' ' if first.host else ''}{first.text}{more}",
+            f"{one_line(problems[0])}{more}",
             hint="provision inventory check -i INVENTORY "
             + ("--fleet FILE" if groups is not None else "--plan FILE")
             + " lists every problem",
         )
-    run_dir = os.path.abspath(
-        request.run_dir
-        or os.path.join(
-            "provision-runs", dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
-        )
+    guards_off = tuple(
+        GuardOff(name, not safety.switches[name].safe, flag, safety.switches[name].guard)
+        for field, (name, flag) in SWITCH_FLAGS.items()
+        if getattr(request, field)
     )
-    os.makedirs(os.path.join(run_dir, "plans"), exist_ok=True)
+    run_dir = make_run_dir(request.run_dir)
     extravars: dict[str, Any] = {}
     for group, plan in plans.items():
-        with open(os.path.join(run_dir, "plans", f"{group}.lock.json"), "w", encoding="utf-8") as handle:
-            json.dump(plan.to_dict(), handle, indent=2)
+        write_private(os.path.join(run_dir, "plans", f"{group}.lock.json"), json.dumps(plan.to_dict(), indent=2))
         if group != "all":
-            with open(os.path.join(run_dir, "plans", f"{group}.yml"), "w", encoding="utf-8") as handle:
-                handle.write(dump_unsafe_yaml(to_extravars(plan)))
+            write_private(os.path.join(run_dir, "plans", f"{group}.yml"), dump_unsafe_yaml(to_extravars(plan)))
     if request.plan:
         extravars.update(to_extravars(plans["all"]))
     else:
@@ -143,11 +186,53 @@ def prepare(request: ApplyRequest, *, matrix_loader: Callable[[], Any], playbook
     for key in ("drain_command", "undrain_command", "drain_delegate"):
         value = getattr(request, key)
         if value:
-            if any(c in value for c in "\0\n\r"):
-                raise InputError(f"--{key.replace('_', '-')} must be one line", hint="one command; no shell runs it")
             extravars[f"provision_{key}"] = value
     extravars.update(request.extra_vars)
-    return Prepared(inventory, plans, extravars, run_dir)
+    for off in guards_off:  # after -e, which cannot name a switch (check_site_vars)
+        extravars[off.variable] = off.value
+    return Prepared(inventory, plans, extravars, run_dir, guards_off)
+
+
+def make_run_dir(path: str | None) -> str:
+    """The run folder (it holds every -e value): created 0700, or an empty folder of ours made
+    0700; never through a symbolic link. Its plans/ and env/ folders are made here too."""
+    run_dir = os.path.abspath(
+        path
+        or os.path.join(
+            "provision-runs", dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+        )
+    )
+    where = f"run folder {run_dir!r}"
+    try:
+        os.makedirs(os.path.dirname(run_dir), exist_ok=True)
+        try:
+            os.mkdir(run_dir, 0o700)
+        except FileExistsError:
+            info = os.lstat(run_dir)
+            if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+                raise InputError(
+                    f"{where} exists and is not a folder (a symbolic link is not followed)",
+                    hint="give --run-dir a new folder",
+                ) from None
+            if os.listdir(run_dir):
+                raise InputError(
+                    f"{where} exists and is not empty", hint="give --run-dir a new (or empty) folder"
+                ) from None
+            os.chmod(run_dir, 0o700)
+        for sub in ("plans", "env"):
+            os.mkdir(os.path.join(run_dir, sub), 0o700)
+    except OSError as exc:
+        raise InputError(
+            f"cannot create {where}: {exc.strerror or exc}", hint="give --run-dir a folder you can write"
+        ) from None
+    return run_dir
+
+
+def write_private(path: str, text: str) -> None:
+    """A file of the run folder: 0600, written by renaming a finished file over the path (no link followed)."""
+    from provision.documents import write_text
+
+    write_text(path, text, mode=0o600)
 
 
 # provision.gpu.site inside the playbooks directory (site.yml there imports it).

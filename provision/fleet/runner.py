@@ -7,8 +7,10 @@ import shutil
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from provision.documents import write_text
 from provision.errors import ToolingError
 from provision.fleet.extravars import dump_unsafe_yaml
+from provision.fleet.inventory import INVENTORY_ENV
 from provision.tools import tool_path
 
 APPLY_FORKS = 20  # as playbooks/ansible.cfg sets for a plain ansible-playbook run
@@ -220,11 +222,11 @@ def run_playbook(
             )
         return True
 
-    os.makedirs(os.path.join(run_dir, "env"), exist_ok=True)
+    os.makedirs(os.path.join(run_dir, "env"), mode=0o700, exist_ok=True)
     # ansible-runner would write these as JSON, which Ansible templates; written here as YAML with
     # every string tagged !unsafe, they reach the play as data (ansible-runner passes -e @env/extravars).
-    with open(os.path.join(run_dir, "env", "extravars"), "w", encoding="utf-8") as handle:
-        handle.write(dump_unsafe_yaml(extravars))
+    # They hold every -e value: 0600, in the 0700 run folder, never written through a link.
+    write_text(os.path.join(run_dir, "env", "extravars"), dump_unsafe_yaml(extravars), mode=0o600)
     if shutil.which("ansible-playbook", path=tool_path()) is None:
         raise ToolingError(
             "ansible-playbook is not installed", hint="pip install gpu-provision (it depends on ansible-core)"
@@ -246,6 +248,7 @@ def run_playbook(
             "ANSIBLE_DEPRECATION_WARNINGS": "False",
             "ANSIBLE_CONFIG": os.path.join(playbooks, "ansible.cfg"),
             "PATH": tool_path(),
+            **INVENTORY_ENV,  # the inventory as YAML/INI data, as provision read and checked it
         },
         settings={"suppress_ansible_output": True},
     )

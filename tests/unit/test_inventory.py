@@ -6,7 +6,14 @@ import pytest
 import yaml
 
 from provision.errors import InputError
-from provision.fleet.inventory import check_group_name, check_inventory, load_fleet, load_inventory, ungrouped_hosts
+from provision.fleet.inventory import (
+    check_group_name,
+    check_inventory,
+    load_fleet,
+    load_inventory,
+    read_inventory,
+    ungrouped_hosts,
+)
 
 # a fixture catalogue id: the commands below read tests/fixtures/compat, not today's compat/
 GPU = "a100-pcie-80gb"
@@ -103,20 +110,21 @@ def test_connection_variables(tmp_path):
             }
         }
     }
-    problems = {
-        (p.host, p.text.split(" ")[0]) for p in check_inventory(load_inventory(write_inventory(tmp_path, doc)), None)
-    }
+    path = write_inventory(tmp_path, doc)
+    problems = {(p.host, p.text.split(" ")[0]) for p in check_inventory(read_inventory(path), None)}
     assert ("p", "ansible_port") in problems
     assert ("q", "ansible_connection") in problems
     assert ("r", "same") in problems
     assert ("s", "ansible_host") in problems
     assert ("s", "ansible_ssh_private_key_file") in problems
+    with pytest.raises(InputError, match=r"^p: ansible_port 70000 is not a TCP port \(1-65535\) \(and 2 more\)$"):
+        load_inventory(path)  # what apply, verify and doctor read: refused, one line
 
 
 @pytest.mark.parametrize(
     ("doc", "text"),
     [
-        ("not: [a fleet", "is not YAML"),
+        ("not: [a fleet", "not valid YAML"),
         ({"groups": {}}, "has no groups"),
         ({"groups": {"a100": "rocky9"}}, "must map to a plan request"),
         ({"groups": {"a100": {"os": "rocky9"}}}, "needs os and gpu"),
@@ -166,7 +174,10 @@ def test_inventory_check_cli(cli, tmp_path):
         (["--fleet", "BADGPU"], "fleet group 'a100': unknown GPU 'a100pcie'"),
         (["--fleet", "FLEET", "--serial", "zero"], "--serial 'zero' is not a host count"),
         (["--fleet", "FLEET", "--max-fail-percentage", "120"], "between 0 and 100"),
-        (["--fleet", "FLEET", "-e", "provision_driver_version=1"], "provision_* are the plan's"),
+        (
+            ["--fleet", "FLEET", "-e", "provision_driver_version=1"],
+            "-e provision_driver_version is the plan's or apply's",
+        ),
     ],
 )
 def test_apply_refuses_bad_input_before_touching_hosts(cli, tmp_path, args, text):
@@ -242,7 +253,7 @@ BOTH = {"a100": {"os": "rocky9", "gpu": GPU}, "h100": {"os": "rocky9", "gpu": "h
         ({**BOTH, "a100": {"lock": "missing.lock.json"}}, "fleet group 'a100': cannot read plan"),
         ({**BOTH, "a100": {"lock": "notaplan.json"}}, "fleet group 'a100': 'NOTAPLAN' is not a provision plan"),
         ({**BOTH, "a100": {"os": "rocky9", "gpu": GPU, "cuda": "99.1"}}, "CUDA 99.1 is not in the catalogue"),
-        ({**BOTH, "a 100": BOTH["a100"]}, "fleet group 'a 100' is not a usable group name"),
+        ({**BOTH, "a 100": dict(BOTH["a100"])}, "fleet group 'a 100' is not a usable group name"),
         ({"a100": BOTH["a100"]}, "n3: is in no planned group"),
         ({**BOTH, "b200": {"os": "rocky9", "gpu": "b200"}}, "plans group 'b200', which the inventory does not have"),
     ],
@@ -265,7 +276,7 @@ def test_inventory_check_refuses_what_apply_refuses(cli, tmp_path, fleet, text):
     run_dir = tmp_path / "run"
     apply = cli("apply", "-i", inv, "--fleet", str(path), "--run-dir", str(run_dir))
     assert apply.code == check.code, apply
-    assert text.replace(": is in", " is in") in apply.err, apply
+    assert text in apply.err, apply
     assert not run_dir.exists()
 
 
@@ -275,7 +286,7 @@ def test_inventory_check_with_one_plan(cli, tmp_path):
     assert cli("plan", "--os", "rocky9", "--gpu", GPU, "--lock", str(plan), "--format", "json").code == 0
     r = cli("inventory", "check", "-i", inv, "--plan", str(plan))
     assert r.code == 0, r
-    assert "ok: the plan is valid" in r.out
+    assert "ok: every check provision apply runs before it starts passed" in r.out
     assert f"plan all: {GPU} on rocky9" in r.out
     doc = json.loads(plan.read_text())
     doc["driver"]["version"] = "1.2.3"
