@@ -21,18 +21,16 @@ class LazyGroup(click.Group):
         self.lazy = lazy
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        """The command list from SUMMARIES: listing must not import every command."""
+        """The command list from SUMMARIES (listing must not import every command), each summary
+        whole: write_dl wraps it at spaces under its command instead of cutting it."""
         names = self.list_commands(ctx)
         if not names:
             return
-        width = formatter.width - 6 - max(len(n) for n in names)
         rows = []
         for name in names:
             summary = SUMMARIES.get(name)
             if summary is None:
-                summary = self.get_command(ctx, name).get_short_help_str(width)
-            elif len(summary) > width:
-                summary = summary[: max(width - 3, 1)].rsplit(" ", 1)[0] + "..."
+                summary = self.get_command(ctx, name).get_short_help_str(10_000)
             rows.append((name, summary))
         with formatter.section("Commands"):
             formatter.write_dl(rows)

@@ -224,7 +224,8 @@ def plan_rows(p: Plan) -> list[tuple[str, str]]:
         ("cudnn", _cudnn_text(p)),
         (
             "framework",
-            f"{p.framework.requirement} [{p.framework.variant}]"
+            p.framework.requirement
+            + ("" if p.framework.extra == p.framework.variant else f" [{p.framework.variant}]")
             + (f" from {p.framework.index_url}" if p.framework.index_url else "")
             if p.framework
             else "-",

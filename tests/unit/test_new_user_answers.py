@@ -19,3 +19,24 @@ def test_the_plan_table_does_not_put_a_cudnn_in_a_base_image_without_one(cli):
     row = next(x for x in result.out.splitlines() if x.startswith("cudnn "))
     assert "not in the base image" in row
     assert "cudnn8-runtime" in row  # the tag that does carry it
+
+
+def test_help_lists_every_command_whole_within_the_width(cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    result = cli("--help")
+    assert result.code == 0
+    commands = result.out.split("Commands:", 1)[1]
+    assert "..." not in commands
+    assert max(len(line) for line in result.out.splitlines()) <= 80
+    from provision.cli import SUMMARIES
+
+    flat = " ".join(commands.split())
+    for summary in SUMMARIES.values():
+        assert " ".join(summary.split()) in flat
+
+
+def test_a_framework_with_an_extra_is_named_once(cli):
+    result = cli("plan", "--os", "ubuntu22.04", "--gpu", "l4", "--framework", "tensorflow")
+    assert result.code == 0
+    row = next(x for x in result.out.splitlines() if x.startswith("framework "))
+    assert row.count("and-cuda") == 1
