@@ -3,6 +3,10 @@
 The key is a hash of provision's version and the bytes of every data and schema file: any
 change to compat/ (or a different --compat-dir) misses the cache and is fully validated again.
 Set PROVISION_NO_CACHE=1 to bypass it; PROVISION_CACHE_DIR moves it.
+
+The stack packages' document (stacks.yaml, more than half of the catalogue's bytes) is cached in
+a file of its own, ``stacks-<key>.json``, read and built only when a command asks for the
+stacks (Matrix.stacks is a LazyStacks): start-up of a plan without them does not pay for them.
 """
 
 from __future__ import annotations
@@ -12,8 +16,10 @@ import json
 import os
 
 from provision import __version__
-from provision.matrix.loader import FILES, attach_hashes, build, load_checked
-from provision.matrix.model import Matrix
+from provision.matrix.loader import FILES, attach_hashes, build, build_stacks, load_checked
+from provision.matrix.model import LazyStacks, Matrix
+
+LAZY = ("stacks",)  # documents cached apart and built on first use
 
 
 def cache_dir() -> str:
@@ -37,12 +43,28 @@ def load_cached(compat: str | os.PathLike[str]) -> Matrix:
     path, contents = entry
     try:
         raw = json.loads(_read(path))
-        matrix = build(raw)
+        matrix = build(raw, stacks=LazyStacks(lambda: _cached_stacks(compat, path)))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         matrix, raw = load_checked(compat)
         _store(path, raw)
         return matrix
     return attach_hashes(matrix, contents)
+
+
+def _lazy_path(path: str, name: str) -> str:
+    """The cache file of a lazily built document: ``stacks-<key>.json`` beside ``matrix-<key>.json``."""
+    head, tail = os.path.split(path)
+    return os.path.join(head, name + tail.removeprefix("matrix"))
+
+
+def _cached_stacks(compat: str, path: str):
+    """The stack packages from their cache file; a missing or broken one is checked anew (and rewritten)."""
+    try:
+        return build_stacks(json.loads(_read(_lazy_path(path, "stacks"))))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        matrix, raw = load_checked(compat)
+        _store(path, raw)
+        return tuple(matrix.stacks)
 
 
 def cached_raw(compat: str | os.PathLike[str]) -> dict | None:
@@ -53,9 +75,13 @@ def cached_raw(compat: str | os.PathLike[str]) -> dict | None:
         return None
     try:
         raw = json.loads(_read(entry[0]))
+        if not isinstance(raw, dict):
+            return None
+        for name in LAZY:
+            raw[name] = json.loads(_read(_lazy_path(entry[0], name)))
     except (OSError, ValueError):
         return None
-    return raw if isinstance(raw, dict) else None
+    return raw
 
 
 def store_raw(compat: str | os.PathLike[str], raw: dict) -> None:
@@ -83,13 +109,17 @@ def _entry(compat: str) -> tuple[str, dict[str, bytes]] | None:
 
 
 def _store(path: str, raw: dict) -> None:
+    """The lazily built documents first, each in its own file, then the rest: a main file on disk
+    means its lazy files were written before it."""
     import tempfile
 
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".matrix-", suffix=".tmp")
-        with os.fdopen(fd, "w") as handle:
-            json.dump(raw, handle)
-        os.replace(tmp, path)
-    except OSError:
+        main = {k: v for k, v in raw.items() if k not in LAZY}
+        for target, doc in [*((_lazy_path(path, n), raw[n]) for n in LAZY), (path, main)]:
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".matrix-", suffix=".tmp")
+            with os.fdopen(fd, "w") as handle:
+                json.dump(doc, handle)
+            os.replace(tmp, target)
+    except (OSError, KeyError):
         pass  # a read-only home only costs speed

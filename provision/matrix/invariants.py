@@ -4,11 +4,13 @@ The JSON Schemas check each file's shape; these check what a schema cannot: refe
 files, newest-first order, and that every fact cites a known source.
 """
 
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 from provision.matrix.model import PLATFORMS, Matrix
 from provision.versions import DottedVersion as Version
+from provision.versions import VersionSpec
 
 
 class Problem(NamedTuple):
@@ -28,7 +30,7 @@ def _sources_cited(raw: dict[str, Any]) -> Iterable[tuple[str, str, str]]:
         if isinstance(node, dict):
             for key, value in node.items():
                 sub = f"{path}.{key}" if path else str(key)
-                if key in ("source", "arch_source") and isinstance(value, str):
+                if (key == "source" or key.endswith("_source")) and isinstance(value, str):
                     yield file, sub, value
                 elif key == "sources" and isinstance(value, list):
                     for i, v in enumerate(value):
@@ -326,4 +328,291 @@ def check_invariants(matrix: Matrix, raw: dict[str, Any]) -> list[Problem]:  # n
             add("unsupported.yaml", f"unsupported[{i}].os", f"unknown OS {x.os!r}", "dangling-id")
         if x.gpu is not None and x.gpu not in gpu_ids and matrix.group(x.gpu) is None:
             add("unsupported.yaml", f"unsupported[{i}].gpu", f"unknown GPU {x.gpu!r}", "dangling-id")
+    problems.extend(stack_problems(matrix))
+    return problems
+
+
+# -- stacks.yaml ------------------------------------------------------------------------------------
+_SONAME_MAJOR = re.compile(r"^(lib[A-Za-z0-9_+-]+?)\.so\.(\d+)(?:\.\d+)*$")
+_FLOOR = re.compile(r"(?:~=|==|>=|===)\s*(\d+)")
+_CU_SUFFIX = re.compile(r"^nvidia-(?:cuda-runtime|cudnn)-cu(\d+)")
+
+
+def declared_major(requirement: str) -> int | None:
+    """The major a CUDA runtime or cuDNN requirement names, read as the refresh reads it: its lower
+    bound or pin (``~=13.0``, ``>=12,<13``), else (a bare name, or a ``0.0.0a0`` placeholder pin)
+    the ``-cuNN`` of the NVIDIA package it names."""
+    bound = _FLOOR.search(requirement)
+    if bound and int(bound[1]) > 0:
+        return int(bound[1])
+    suffix = _CU_SUFFIX.match(requirement)
+    return int(suffix[1]) if suffix else None
+
+
+def soname_majors(build: Any, library: str) -> set[int]:
+    """The majors of ``library`` (libcudart, libcudnn: its sub-libraries too) the build's objects need."""
+    found = set()
+    for _, names in build.sonames:
+        for name in names or ():
+            m = _SONAME_MAJOR.match(name)
+            if m and (m[1] == library or m[1].startswith(library + "_")):
+                found.add(int(m[2]))
+    return found
+
+
+def stack_problems(matrix: Matrix) -> list[Problem]:
+    """stacks.yaml: what its schema cannot say. Each package kind is unique and no framework's id;
+    its releases newest first, from its first_release on; every build's distributions are the kind's
+    (the artefact it describes); the CUDA major agrees with every evidence the row carries (the
+    runtime requirement, `cuda`, the libcudart sonames, the flavour NVIDIA documents), the cuDNN
+    major likewise (requirement, range, libcudnn sonames, the package's own floor); documented
+    facts are the rules' (SM floor, source); a library index only where a distribution's build
+    fetches from it; pins to torch and the other stack packages name catalogued releases."""
+    problems: list[Problem] = []
+
+    def add(path: str, text: str, kind: str) -> None:
+        problems.append(Problem("stacks.yaml", path, text, kind))
+
+    framework_ids = {fw.id for fw in matrix.frameworks}
+    seen: dict[str, str] = {}
+    for pi, package in enumerate(matrix.stacks):
+        at = f"packages[{pi}]({package.id})"
+        for name in (package.id, package.pip):
+            if name in seen and seen[name] != package.id:
+                add(at, f"id or pip name {name!r} also used by {seen[name]}", "duplicate")
+            seen[name] = package.id
+        if package.id in framework_ids:
+            add(f"{at}.id", f"{package.id!r} is also a framework id (frameworks.yaml)", "duplicate")
+        if package.distribution(_entry_role(package)) is None or package.distributions[0].pip != package.pip:
+            add(f"{at}.pip", f"{package.pip} is not the kind's first distribution", "dangling-id")
+        flavour_names = [f.name for f in package.flavours]
+        templated = [d.pip for d in package.distributions if "{flavour}" in d.pip]
+        if templated and not flavour_names:
+            add(f"{at}.distributions", f"{templated[0]} names a flavour but the kind has none", "dangling-id")
+        for fi, f in enumerate(package.flavours):
+            if (f.cuda_major is None) != (f.source is None):
+                add(
+                    f"{at}.flavours[{fi}]({f.name})",
+                    "a documented CUDA major needs its source, and only then",
+                    "source",
+                )
+        for di, dist in enumerate(package.distributions):
+            # an sdist that is compiled or downloads (source, extension, libraries) says what its build
+            # needs; a selector or meta sdist only names other distributions; a wheel has no build
+            if dist.build is None and dist.artefact == "sdist" and dist.role not in ("selector", "meta"):
+                add(f"{at}.distributions[{di}]", f"the sdist {dist.pip} says nothing of its build", "coverage")
+            if dist.build is not None and dist.artefact == "wheel":
+                add(f"{at}.distributions[{di}]", f"{dist.pip} is a wheel: it has no build", "coverage")
+        if (bad := _newest_first([r.version for r in package.releases])) is not None:
+            add(f"{at}.releases[{bad}]", "releases must be listed newest first, without repeats", "order")
+        for ri, rel in enumerate(package.releases):
+            rat = f"{at}.releases[{ri}]({rel.version})"
+            if rel.version < package.first_release:
+                add(rat, f"older than the kind's first_release {package.first_release}", "range")
+            flavours = [b.flavour for b in rel.builds]
+            if len(set(flavours)) != len(flavours):
+                add(rat, f"two builds of one flavour: {flavours}", "duplicate")
+            if sum(b.default for b in rel.builds) != 1:
+                add(rat, f"{sum(b.default for b in rel.builds)} default builds (one is what pip installs)", "coverage")
+            for bi, build in enumerate(rel.builds):
+                problems.extend(_stack_build(package, rel, build, f"{rat}.builds[{bi}]({build.flavour or 'only'})"))
+    problems.extend(_stack_pins(matrix))
+    return problems
+
+
+def _admits_major(spec: VersionSpec, major: int) -> bool:
+    """Some release of ``major`` meets ``spec``: the major itself, a bound of that major, or the
+    highest one can write."""
+    bounds = [b for b in re.findall(r"\d+(?:\.\d+)*", str(spec)) if int(b.split(".")[0]) == major]
+    return any(spec.contains(v) for v in (str(major), *bounds, f"{major}.999999"))
+
+
+def _entry_role(package: Any) -> str:
+    return package.distributions[0].role if package.distributions else ""
+
+
+def _stack_build(package: Any, rel: Any, build: Any, at: str) -> list[Problem]:
+    """One build row: its shape, its CUDA and cuDNN majors, its documented facts."""
+    return [
+        *_stack_build_shape(package, rel, build, at),
+        *_stack_build_majors(package, build, at),
+        *_stack_build_facts(package, rel, build, at),
+    ]
+
+
+def _stack_build_shape(package: Any, rel: Any, build: Any, at: str) -> list[Problem]:
+    problems: list[Problem] = []
+
+    def add(path: str, text: str, kind: str) -> None:
+        problems.append(Problem("stacks.yaml", path, text, kind))
+
+    flavours = {f.name: f for f in package.flavours}
+    if package.flavours and build.flavour not in flavours:
+        add(f"{at}.flavour", f"{build.flavour!r} is not one of the kind's flavours {sorted(flavours)}", "dangling-id")
+    if not package.flavours and build.flavour is not None:
+        add(f"{at}.flavour", "the kind has no flavours", "dangling-id")
+    described = {d.name(build.flavour): d for d in package.distributions}
+    for name, artefact in build.distributions:
+        dist = described.get(name)
+        if dist is None:
+            add(
+                f"{at}.distributions",
+                f"{name} is not a distribution of {package.id} (stacks.yaml description)",
+                "dangling-id",
+            )
+        elif dist.artefact != artefact:
+            add(
+                f"{at}.distributions", f"{name} is an {artefact} here, the description says {dist.artefact}", "coverage"
+            )
+    for arch, _ in build.manylinux:
+        if arch not in build.arches:
+            add(f"{at}.manylinux.{arch}", f"{arch} is not in the build's arches", "coverage")
+    if build.python_aarch64 is not None and "aarch64" not in build.arches:
+        add(f"{at}.python_aarch64", "aarch64 is not in the build's arches", "coverage")
+    for text, where in ((build.python, "python"), (build.python_aarch64, "python_aarch64")):
+        if text is not None:
+            try:
+                VersionSpec(text)
+            except ValueError as exc:
+                add(f"{at}.{where}", str(exc), "range")
+    return problems
+
+
+def _stack_build_majors(package: Any, build: Any, at: str) -> list[Problem]:
+    problems: list[Problem] = []
+
+    def add(path: str, text: str, kind: str) -> None:
+        problems.append(Problem("stacks.yaml", path, text, kind))
+
+    flavours = {f.name: f for f in package.flavours}
+    # the CUDA major and every evidence of it
+    if package.uses_cuda and build.cuda_major is None:
+        add(f"{at}.cuda_major", f"{package.id} builds carry a CUDA of their own: none read", "coverage")
+    if not package.uses_cuda and build.cuda_major is not None:
+        add(f"{at}.cuda_major", f"{package.id} follows torch's CUDA (uses_cuda: false)", "coverage")
+    evidences = {
+        "cuda": Version(build.cuda).release[0] if build.cuda else None,
+        "cuda_requirement": declared_major(build.cuda_requirement) if build.cuda_requirement else None,
+    }
+    for name, major in evidences.items():
+        if major is not None and major != build.cuda_major:
+            add(f"{at}.{name}", f"says CUDA {major}, the build's cuda_major is {build.cuda_major}", "range")
+    for major in soname_majors(build, "libcudart"):
+        if major != build.cuda_major:
+            add(
+                f"{at}.sonames",
+                f"libcudart.so.{major}: CUDA {major}, the build's cuda_major is {build.cuda_major}",
+                "range",
+            )
+    flavour = flavours.get(build.flavour)
+    if flavour is not None and flavour.cuda_major is not None and build.cuda_major != flavour.cuda_major:
+        add(
+            f"{at}.cuda_major",
+            f"CUDA {build.cuda_major}, NVIDIA documents {flavour.cuda_major} for {flavour.name}",
+            "range",
+        )
+    if build.cuda_from == "documented" and (flavour is None or build.cuda_source != flavour.source):
+        add(f"{at}.cuda_source", "a documented CUDA major cites its flavour's source", "source")
+    if build.cuda_from != "documented" and build.cuda_source is not None:
+        add(f"{at}.cuda_source", "only a documented CUDA major has a cuda_source", "source")
+    # the cuDNN major and its evidence
+    cudnn = {
+        "cudnn_requirement": declared_major(build.cudnn_requirement) if build.cudnn_requirement else None,
+        "cudnn_min": build.cudnn_min.release[0] if build.cudnn_min is not None else None,
+    }
+    for name, major in cudnn.items():
+        if major is not None and major != build.cudnn_major:
+            add(f"{at}.{name}", f"says cuDNN {major}, the build's cudnn_major is {build.cudnn_major}", "range")
+    for major in soname_majors(build, "libcudnn"):
+        if major != build.cudnn_major:
+            add(
+                f"{at}.sonames",
+                f"libcudnn.so.{major}: cuDNN {major}, the build's cudnn_major is {build.cudnn_major}",
+                "range",
+            )
+    if (
+        build.cudnn_spec is not None
+        and build.cudnn_major is not None
+        and not _admits_major(build.cudnn_spec, build.cudnn_major)
+    ):
+        add(f"{at}.cudnn_spec", f"{build.cudnn_spec} admits no cuDNN {build.cudnn_major}", "range")
+    if build.cudnn_spec is not None and build.cudnn_min is not None and not build.cudnn_spec.contains(build.cudnn_min):
+        add(f"{at}.cudnn_min", f"{build.cudnn_spec} does not admit the floor {build.cudnn_min}", "range")
+    return problems
+
+
+def _stack_build_facts(package: Any, rel: Any, build: Any, at: str) -> list[Problem]:
+    problems: list[Problem] = []
+
+    def add(path: str, text: str, kind: str) -> None:
+        problems.append(Problem("stacks.yaml", path, text, kind))
+
+    # documented facts: the rules', with their source
+    rule = next((r for r in package.documented if r.sm_floor is not None and r.releases.contains(rel.version)), None)
+    expected = (rule.sm_floor, rule.source) if rule else (None, None)
+    if (build.sm_floor, build.sm_source) != expected:
+        add(
+            f"{at}.sm_floor",
+            f"{build.sm_floor} ({build.sm_source}), the documented rule gives {expected[0]} ({expected[1]})",
+            "source",
+        )
+    # a second index only where a distribution's build downloads from it
+    fetching = [d for d in package.distributions if d.build is not None and d.build.fetches == "library_index"]
+    if fetching and build.library_index is None:
+        add(
+            f"{at}.library_index",
+            f"{fetching[0].name(build.flavour)} downloads from the library index: none read",
+            "coverage",
+        )
+    if not fetching and build.library_index is not None:
+        add(f"{at}.library_index", "no distribution of the kind downloads from a library index", "coverage")
+    if (build.library_index is None) != (build.library_index_source is None):
+        add(f"{at}.library_index_source", "a library index and its source come together", "source")
+    if build.nvcc_minor_mismatch_ok is not None and not any(
+        d.build is not None and d.build.nvcc == "framework" for d in package.distributions
+    ):
+        add(f"{at}.nvcc_minor_mismatch_ok", "only a kind built with the framework's nvcc has this table", "coverage")
+    if build.pin is not None and build.pin not in rel.post:
+        add(f"{at}.pin", f"{build.pin} is not a post release of {rel.version} ({list(rel.post)})", "dangling-id")
+    return problems
+
+
+def _stack_pins(matrix: Matrix) -> list[Problem]:
+    """Every pin a build declares on torch or on a distribution of a catalogued stack kind is met by
+    a catalogued release (its own version or one of its post releases) — torch-tensorrt X.Y pins
+    torch X.Y and a TensorRT that the catalogue has. PEP 440, as pip reads it."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.utils import canonicalize_name
+
+    versions: dict[str, list[str]] = {}
+    for fw in matrix.frameworks:
+        versions.setdefault(canonicalize_name(fw.package), []).extend(str(r.version) for r in fw.releases)
+    for package in matrix.stacks:
+        for rel in package.releases:
+            for build in rel.builds:
+                for name, _ in build.distributions:
+                    versions.setdefault(canonicalize_name(name), []).extend([str(rel.version), *rel.post])
+        for dist in package.distributions:
+            if "{flavour}" not in dist.pip:  # the selector: a release of any build
+                versions.setdefault(canonicalize_name(dist.pip), []).extend(
+                    v for rel in package.releases for v in (str(rel.version), *rel.post)
+                )
+    problems = []
+    for pi, package in enumerate(matrix.stacks):
+        for ri, rel in enumerate(package.releases):
+            for bi, build in enumerate(rel.builds):
+                for name, text in build.requires:
+                    at = f"packages[{pi}]({package.id}).releases[{ri}]({rel.version}).builds[{bi}].requires.{name}"
+                    try:
+                        spec = SpecifierSet(text)
+                    except InvalidSpecifier:
+                        problems.append(Problem("stacks.yaml", at, f"{text!r} is not a PEP 440 specifier", "range"))
+                        continue
+                    known = versions.get(canonicalize_name(name))
+                    if known is not None and not list(spec.filter(known, prereleases=False)):
+                        problems.append(
+                            Problem(
+                                "stacks.yaml", at, f"no catalogued {name} release meets {text or 'any'}", "dangling-id"
+                            )
+                        )
     return problems

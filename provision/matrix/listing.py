@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 if TYPE_CHECKING:  # kept import-free: the CLI reads TOPICS while it builds its commands
     from provision.matrix.model import Matrix
 
-TOPICS = ("gpus", "os", "drivers", "cuda", "cudnn", "frameworks", "images")
+TOPICS = ("gpus", "os", "drivers", "cuda", "cudnn", "frameworks", "images", "stacks")
 """The listings there are, in `provision matrix` order."""
 
 
@@ -331,6 +331,156 @@ def _image_toolkit_cell(i: Any) -> str:
     return f"{i.carries}{TOOLKIT_MARK}{cublas}"
 
 
+def _stacks(m: Matrix) -> Listing:
+    """One row per build of every catalogued stack release (compat/stacks.yaml)."""
+    headers = (
+        "package",
+        "version",
+        "build",
+        "default",
+        "CUDA",
+        "cuDNN",
+        "artefacts",
+        "Python",
+        "SM floor",
+        "TensorRT",
+        "pins",
+    )
+    rows, records = [], []
+    for package in m.stacks:
+        needs = {d.name(None): d for d in package.distributions}
+        for rel in package.releases:
+            for b in rel.builds:
+                described = {d.name(b.flavour): d for d in package.distributions}
+                rows.append(
+                    (
+                        package.id,
+                        str(rel.version) + (f" ({b.pin})" if b.pin else ""),
+                        b.flavour or "-",
+                        b.default,
+                        _stack_cuda_cell(b),
+                        _stack_cudnn_cell(b),
+                        "+".join(sorted({kind for _, kind in b.distributions})),
+                        b.python or "-",
+                        b.sm_floor or "-",
+                        ", ".join(b.needs_soname("libnvinfer")) or "-",
+                        _stack_pins_cell(b),
+                    )
+                )
+                records.append(
+                    {
+                        "package": package.id,
+                        "pip": package.pip,
+                        "version": str(rel.version),
+                        "post": list(rel.post),
+                        "flavour": b.flavour,
+                        "default": b.default,
+                        "pin": b.pin,
+                        "distributions": [
+                            {
+                                "pip": name,
+                                "artefact": kind,
+                                "build": _sdist_needs(described.get(name) or needs.get(name)),
+                            }
+                            for name, kind in b.distributions
+                        ],
+                        "arches": list(b.arches),
+                        "python": b.python,
+                        "python_aarch64": b.python_aarch64,
+                        "manylinux": dict(b.manylinux),
+                        "cuda_major": b.cuda_major,
+                        "cuda": b.cuda,
+                        "cuda_requirement": b.cuda_requirement,
+                        "cuda_from": b.cuda_from,
+                        "cuda_source": b.cuda_source,
+                        "cudnn_major": b.cudnn_major,
+                        "cudnn_spec": str(b.cudnn_spec) if b.cudnn_spec is not None else None,
+                        "cudnn_requirement": b.cudnn_requirement,
+                        "cudnn_min": str(b.cudnn_min) if b.cudnn_min is not None else None,
+                        "cudnn_from": b.cudnn_from,
+                        "sonames": {label: list(names) if names is not None else None for label, names in b.sonames},
+                        "requires": dict(b.requires),
+                        "extras": {name: list(reqs) for name, reqs in rel.extras},
+                        "build_requires": list(b.build_requires) if b.build_requires is not None else None,
+                        "nvcc_minor_mismatch_ok": (
+                            {str(k): list(v) for k, v in b.nvcc_minor_mismatch_ok}
+                            if b.nvcc_minor_mismatch_ok is not None
+                            else None
+                        ),
+                        "runtime": _stack_runtime(package.runtime),
+                        "library_index": b.library_index,
+                        "library_index_source": b.library_index_source,
+                        "sm_floor": b.sm_floor,
+                        "sm_source": b.sm_source,
+                        "features": [
+                            {
+                                "name": f.name,
+                                "any_of": [{"sm": sm, "cuda": str(cuda) if cuda else None} for sm, cuda in f.any_of],
+                                "source": f.source,
+                            }
+                            for f in package.features
+                            if f.releases.contains(rel.version)
+                        ],
+                        "source": b.source,
+                        "evidence": list(b.evidence),
+                    }
+                )
+    return Listing("Stack packages (inference and training)", headers, rows, records)
+
+
+def _stack_pins_cell(b: Any) -> str:
+    """The pins to other packages (its own distributions' and the -libs/-bindings halves left out)."""
+    pins = [
+        f"{name}{spec or ' (any)'}"
+        for name, spec in b.requires
+        if name not in b.pip_names and not name.endswith(("-libs", "-bindings"))
+    ]
+    return ", ".join(pins) or "-"
+
+
+def _stack_cuda_cell(b: Any) -> str:
+    """ "13 (13.0)": the build's CUDA major (and minor where the package records one); "torch's": none of its own."""
+    if b.cuda_major is None:
+        return "torch's"
+    return (
+        f"{b.cuda_major}"
+        + (f" ({b.cuda})" if b.cuda else "")
+        + (STACK_DOCUMENTED_MARK if b.cuda_from == "documented" else "")
+    )
+
+
+STACK_DOCUMENTED_MARK = "*"
+"""Marks a CUDA major NVIDIA documents for the build's flavour where no file of the build says it."""
+
+
+def _stack_cudnn_cell(b: Any) -> str:
+    if b.cudnn_major is None:
+        return "-"
+    limits = [str(x) for x in (b.cudnn_spec, f">={b.cudnn_min}" if b.cudnn_min is not None else None) if x]
+    return f"{b.cudnn_major}" + (f" ({', '.join(limits)})" if limits else "")
+
+
+def _sdist_needs(dist: Any) -> dict[str, Any] | None:
+    if dist is None or dist.build is None:
+        return None
+    n = dist.build
+    return {
+        "image": n.image,
+        "nvcc": n.nvcc,
+        "isolation": n.isolation,
+        "needs": list(n.needs),
+        "fetches": n.fetches,
+        "note": n.note,
+        "sources": list(n.sources),
+    }
+
+
+def _stack_runtime(r: Any) -> dict[str, Any] | None:
+    if r is None:
+        return None
+    return {"image": r.image, "nvcc": r.nvcc, "note": r.note, "sources": list(r.sources)}
+
+
 _LISTINGS = {
     "gpus": _gpus,
     "os": _os,
@@ -339,4 +489,5 @@ _LISTINGS = {
     "cudnn": _cudnn,
     "frameworks": _frameworks,
     "images": _images,
+    "stacks": _stacks,
 }

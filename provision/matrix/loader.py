@@ -28,6 +28,7 @@ FILES = (
     "container_toolkit",
     "mig",
     "unsupported",
+    "stacks",
 )
 
 
@@ -389,15 +390,71 @@ _MIG_PROFILE_SET = _record(m.MigProfileSet, profiles=_rows_in(_MIG_PROFILE), sou
 _EXCLUSION = _record(m.Exclusion)
 
 
+def _pairs(item: Item, key: str, file: str, at: str) -> tuple[tuple[str, Any], ...]:
+    """A mapping as (key, value) pairs, in file order (value lists as tuples)."""
+    return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in item[key].items())
+
+
+def _nvcc_minor_table(item: Item, key: str, file: str, at: str) -> tuple[tuple[int, tuple[str, ...]], ...] | None:
+    table = item[key]
+    return None if table is None else tuple((int(major), tuple(minors)) for major, minors in table.items())
+
+
+def _feature_alternatives(item: Item, key: str, file: str, at: str) -> tuple[tuple[str, Any], ...]:
+    return tuple(
+        (alt["sm"], _v(file, f"{at}.{key}[{i}].cuda", alt["cuda"]) if alt["cuda"] else None)
+        for i, alt in enumerate(item[key])
+    )
+
+
+_SDIST_NEEDS = _record(m.SdistNeeds, needs=_tuple, note=_optional, sources=_tuple)
+_STACK_RUNTIME = _record(m.StackRuntime, note=_optional, sources=_tuple)
+_STACK_DISTRIBUTION = _record(m.StackDistribution, build=_nested_optional(_SDIST_NEEDS))
+_STACK_FLAVOUR = _record(m.StackFlavour)
+_STACK_RULE = _record(m.StackRule, releases=_specifier, sm_floor=_optional, note=_optional)
+_STACK_FEATURE = _record(m.StackFeature, releases=_specifier, any_of=_feature_alternatives)
+_STACK_BUILD = _record(
+    m.StackBuild,
+    distributions=lambda item, _key, _file, _at: tuple((d["pip"], d["artefact"]) for d in item["distributions"]),
+    arches=_tuple,
+    manylinux=_pairs,
+    cudnn_spec=_specifier_optional,
+    cudnn_min=_version_or_none,
+    sonames=_pairs,
+    requires=_pairs,
+    build_requires=lambda item, key, _file, _at: tuple(item[key]) if item[key] is not None else None,
+    nvcc_minor_mismatch_ok=_nvcc_minor_table,
+    evidence=_tuple,
+)
+_STACK_RELEASE = _record(m.StackRelease, version=_version, post=_tuple, extras=_pairs, builds=_rows_in(_STACK_BUILD))
+_STACK_PACKAGE = _record(
+    m.StackPackage,
+    first_release=_version,
+    distributions=_rows_in(_STACK_DISTRIBUTION),
+    flavours=_rows_in(_STACK_FLAVOUR),
+    runtime=_nested_optional(_STACK_RUNTIME),
+    documented=_rows_in(_STACK_RULE),
+    features=_rows_in(_STACK_FEATURE),
+    releases=_rows_in(_STACK_RELEASE),
+)
+
+
 def _toolkit_release(doc: Item) -> Record:
     """container_toolkit.yaml names its packages and repository revision once, for every release."""
     return _record(m.ToolkitRelease, version=_version, packages=_file_wide(doc, tuple), revision=_file_wide(doc))
 
 
-def build(raw: dict[str, Any]) -> m.Matrix:
+def build_stacks(doc: dict[str, Any]) -> tuple[m.StackPackage, ...]:
+    """stacks.yaml's package kinds (the validated-data cache builds them only when asked: LazyStacks)."""
+    return _rows(_STACK_PACKAGE, "stacks.yaml", "packages", doc["packages"])
+
+
+def build(raw: dict[str, Any], *, stacks: m.LazyStacks | None = None) -> m.Matrix:
     """Turn schema-valid documents into the model (versions parsed here, once).
 
     Read as a table: each Matrix field, the file and list it comes from, the record it is made of.
+    ``stacks``: the stack packages made elsewhere (the cache's LazyStacks); by default built from
+    ``raw["stacks"]``.
     """
 
     def rows(name: str, key: str, record: Record) -> tuple[Any, ...]:
@@ -429,6 +486,7 @@ def build(raw: dict[str, Any]) -> m.Matrix:
         subnet_manager=_SUBNET_MANAGER(raw["drivers"]["subnet_manager"], "drivers.yaml", "subnet_manager")
         if raw["drivers"].get("subnet_manager")
         else None,
+        stacks=stacks if stacks is not None else build_stacks(raw["stacks"]),
     )
 
 

@@ -425,6 +425,240 @@ class Exclusion(NamedTuple):
     source: str | None
 
 
+class SdistNeeds(NamedTuple):
+    """What building one sdist of a stack package needs (compat/stacks.yaml `build`)."""
+
+    image: str | None  # "devel": an nvidia/cuda devel base (nvcc, CUDA headers); None: any base
+    nvcc: str | None  # "framework": nvcc of the framework build's CUDA (major.minor); None: no compiler
+    isolation: bool  # False: pip --no-build-isolation, against the locked packages in `needs`
+    needs: tuple[str, ...]  # packages installed before the build (torch)
+    fetches: str | None  # "library_index": the build downloads its wheel from the build's library_index
+    note: str | None
+    sources: tuple[str, ...]
+
+
+class StackRuntime(NamedTuple):
+    """What a stack package needs at run time beyond its wheels (DeepSpeed's JIT ops: nvcc)."""
+
+    image: str | None  # "devel"
+    nvcc: str | None  # "framework"
+    note: str | None
+    sources: tuple[str, ...]
+
+
+class StackDistribution(NamedTuple):
+    """One distribution of a stack package kind; `pip` may hold "{flavour}" (tensorrt-{flavour}-libs)."""
+
+    pip: str
+    artefact: str  # wheel | sdist (what the index has for every catalogued release)
+    role: str  # binary, selector, meta, libraries, bindings, source, core, extension
+    build: SdistNeeds | None  # an sdist's build needs; None for wheels
+
+    def name(self, flavour: str | None) -> str:
+        return self.pip.replace("{flavour}", flavour or "")
+
+
+class StackFlavour(NamedTuple):
+    """A build line of a kind published under its own pip names (TensorRT cu12, cu13)."""
+
+    name: str
+    cuda_major: int | None  # the CUDA major NVIDIA documents for it; None: its files always say
+    source: str | None
+
+
+class StackRule(NamedTuple):
+    """A fact no file of the package says, for a range of its releases (TensorRT >= 10.5: SM 7.5)."""
+
+    releases: SpecifierSet
+    sm_floor: str | None
+    note: str | None
+    source: str
+
+
+class StackFeature(NamedTuple):
+    """A feature with its own hardware floor (Transformer Engine FP8): any one alternative suffices."""
+
+    name: str
+    releases: SpecifierSet
+    any_of: tuple[tuple[str, Version | None], ...]  # (minimum compute capability, minimum CUDA or None)
+    source: str
+
+    def available(self, compute_capability: str, cuda: Version) -> bool:
+        cc = Version(compute_capability)
+        return any(cc >= Version(sm) and (floor is None or cuda >= floor) for sm, floor in self.any_of)
+
+
+class StackBuild(NamedTuple):
+    """One way to install a stack release: one CUDA build line (compat/stacks.yaml, generated rows).
+
+    CUDA and cuDNN majors come from the package's own files (`cuda_from`, `cudnn_from`), never from a
+    package name; None: the build has no CUDA of its own (DeepSpeed, Megatron-Core: torch's)."""
+
+    flavour: str | None  # "cu12"; None: the release's only build line
+    default: bool  # what `pip install <pip>==<version>` installs
+    pin: str | None  # the post release to install where the release's own files are incomplete; None: the release
+    distributions: tuple[tuple[str, str], ...]  # (pip name, wheel | sdist): what installing the build installs
+    arches: tuple[str, ...]  # host architectures with Linux binaries (all, for an sdist-only build)
+    python: str | None  # CPython range of the x86_64 wheels (within Requires-Python); None: not declared
+    python_aarch64: str | None
+    manylinux: tuple[tuple[str, str], ...]  # (arch, glibc floor "2.28") of the build's wheels
+    cuda_major: int | None
+    cuda: str | None  # major.minor the package records (ONNX Runtime's build info)
+    cuda_requirement: str | None  # the CUDA runtime requirement as declared ("nvidia-cuda-runtime-cu12~=12.0")
+    cuda_from: str | None  # requires-dist | build-info | soname | documented
+    cuda_source: str | None  # the flavour's source where cuda_from is documented
+    cudnn_major: int | None
+    cudnn_spec: SpecifierSet | None  # the declared cuDNN range (">=9.0,<10"); None: none declared
+    cudnn_requirement: str | None
+    cudnn_min: Version | None  # the package's own floor (Transformer Engine MIN_CUDNN_VERSION)
+    cudnn_from: str | None  # requires-dist | soname | code
+    sonames: tuple[tuple[str, tuple[str, ...] | None], ...]  # (shared object, CUDA sonames it needs; None: unread)
+    requires: tuple[tuple[str, str], ...]  # (package, PEP 440 specifier as declared): torch, tensorrt*, ...
+    build_requires: tuple[str, ...] | None  # an sdist's [build-system] requires
+    nvcc_minor_mismatch_ok: tuple[tuple[int, tuple[str, ...]], ...] | None  # DeepSpeed: majors whose minors mix
+    library_index: str | None  # the index the build's libraries come from (NVIDIA's); data, never user input
+    library_index_source: str | None
+    sm_floor: str | None  # the oldest compute capability the release supports, where documented
+    sm_source: str | None
+    source: str
+    evidence: tuple[str, ...]
+
+    @property
+    def pip_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.distributions)
+
+    @property
+    def sdists(self) -> tuple[str, ...]:
+        """The distributions built from source (a devel build stage, hashes of sdists in the lock)."""
+        return tuple(name for name, kind in self.distributions if kind == "sdist")
+
+    def needs_soname(self, library: str) -> tuple[str, ...]:
+        """Every soname of `library` (libnvinfer, libcudnn) any read shared object of the build needs."""
+        prefix = library + ".so."
+        return tuple(sorted({n for _, names in self.sonames for n in names or () if n.startswith(prefix)}))
+
+    def soname_majors(self, library: str) -> tuple[int, ...]:
+        return tuple(sorted({int(n.split(".so.", 1)[1].split(".")[0]) for n in self.needs_soname(library)}))
+
+    def python_for(self, arch: str) -> str | None:
+        return self.python_aarch64 if arch == "aarch64" else self.python
+
+    def glibc_for(self, arch: str) -> Version | None:
+        found = dict(self.manylinux).get(arch)
+        return Version(found) if found else None
+
+    def requirement(self, name: str) -> str | None:
+        """The PEP 440 specifier the build declares on `name` (None: no pin)."""
+        return dict(self.requires).get(name)
+
+    def cudnn_allows(self, version: Version | str) -> bool:
+        """A cuDNN the build accepts: its major, inside the declared range and at or above its floor."""
+        v = version if isinstance(version, Version) else Version(version)
+        if self.cudnn_major is not None and v.release[0] != self.cudnn_major:
+            return False
+        if self.cudnn_spec is not None and not self.cudnn_spec.contains(v):
+            return False
+        return self.cudnn_min is None or v >= self.cudnn_min
+
+    def sm_allows(self, compute_capability: str) -> bool:
+        return self.sm_floor is None or Version(compute_capability) >= Version(self.sm_floor)
+
+
+class StackRelease(NamedTuple):
+    version: Version
+    post: tuple[str, ...]  # post releases of the same version (10.7.0.post1), newest first
+    extras: tuple[tuple[str, tuple[str, ...]], ...]  # (extra, its requirements): [cuda], [cudnn], [te]
+    builds: tuple[StackBuild, ...]
+
+    def build(self, flavour: str | None) -> StackBuild | None:
+        return next((b for b in self.builds if b.flavour == flavour), None)
+
+    @property
+    def default_build(self) -> StackBuild | None:
+        return next((b for b in self.builds if b.default), None)
+
+    def builds_for(self, cuda_major: int) -> tuple[StackBuild, ...]:
+        """The builds of one CUDA major, plus those with no CUDA of their own (they follow torch's)."""
+        return tuple(b for b in self.builds if b.cuda_major in (cuda_major, None))
+
+    def extra(self, name: str) -> tuple[str, ...] | None:
+        return dict(self.extras).get(name)
+
+
+class StackPackage(NamedTuple):
+    """A package kind of compat/stacks.yaml: its description and its releases (newest first)."""
+
+    id: str
+    name: str
+    pip: str  # the distribution users name (onnxruntime-gpu, tensorrt)
+    uses_cuda: bool  # its builds carry a CUDA of their own (False: DeepSpeed, Megatron-Core follow torch)
+    first_release: Version
+    distributions: tuple[StackDistribution, ...]
+    flavours: tuple[StackFlavour, ...]
+    runtime: StackRuntime | None
+    documented: tuple[StackRule, ...]
+    features: tuple[StackFeature, ...]
+    source: str
+    releases: tuple[StackRelease, ...]
+
+    def release(self, version: Version) -> StackRelease | None:
+        return next((r for r in self.releases if r.version == version), None)
+
+    def distribution(self, role: str) -> StackDistribution | None:
+        return next((d for d in self.distributions if d.role == role), None)
+
+    def feature(self, name: str, version: Version) -> StackFeature | None:
+        return next((f for f in self.features if f.name == name and f.releases.contains(version)), None)
+
+    @property
+    def sdist_builds(self) -> tuple[StackDistribution, ...]:
+        return tuple(d for d in self.distributions if d.build is not None)
+
+
+class LazyStacks:
+    """The stack packages as a read-only sequence built on first use: a plan that names no stack
+    package never builds them (the validated-data cache keeps their documents apart, so start-up
+    does not even parse them). ``make`` returns the packages."""
+
+    __slots__ = ("_make", "_rows")
+
+    def __init__(self, make) -> None:
+        self._make = make
+        self._rows: tuple[StackPackage, ...] | None = None
+
+    def _get(self) -> tuple[StackPackage, ...]:
+        if self._rows is None:
+            self._rows = tuple(self._make())
+            self._make = None
+        return self._rows
+
+    def __iter__(self):
+        return iter(self._get())
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+    def __getitem__(self, index):
+        return self._get()[index]
+
+    def __bool__(self) -> bool:
+        return bool(self._get())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (LazyStacks, tuple)):
+            return self._get() == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._get())
+
+    def __repr__(self) -> str:
+        return f"LazyStacks({'unbuilt' if self._rows is None else len(self._rows)})"
+
+    def __reduce__(self):
+        return (tuple, (self._get(),))
+
+
 class Matrix(NamedTuple):
     as_of: dt.date
     sources: dict[str, Source]
@@ -447,6 +681,8 @@ class Matrix(NamedTuple):
     files: tuple[tuple[str, str], ...] = ()  # (data file, sha256), set by the loader
     subnet_manager: SubnetManager | None = None  # drivers.yaml subnet_manager; None: not catalogued
     forward_compat: tuple[ForwardCompat, ...] = ()  # cuda.yaml forward_compatibility
+    # stacks.yaml: the inference and training stack packages (a LazyStacks from the validated-data cache)
+    stacks: tuple[StackPackage, ...] | LazyStacks = ()
 
     # -- lookups ------------------------------------------------------------------------
     def os(self, ident: str) -> OsRelease:
@@ -495,6 +731,14 @@ class Matrix(NamedTuple):
             if ident in (fw.id, fw.package):
                 return fw
         raise _unknown("framework", ident, [f.id for f in self.frameworks], "provision matrix frameworks")
+
+    def stack(self, ident: str) -> StackPackage:
+        """A stack package kind by its id or its pip name (onnxruntime, onnxruntime-gpu)."""
+        for package in self.stacks:
+            if ident in (package.id, package.pip):
+                return package
+        names = {name: p.id for p in self.stacks for name in (p.id, p.pip)}
+        raise _unknown("stack package", ident, names, "provision matrix stacks")
 
     def mig_set(self, ident: str) -> MigProfileSet:
         for profile_set in self.mig:

@@ -1,7 +1,7 @@
 """Refresh catalogue rows from their upstreams (default: compat/frameworks.yaml from wheel metadata).
 
     python -m provision.matrix.refresh [--compat-dir compat]
-                                       [--source frameworks|images|container-toolkit|cuda-redist|all]
+                                       [--source frameworks|images|container-toolkit|cuda-redist|stacks|all]
                                        [--check] [--from RECORDED_COPY] [--source-key KEY]
 
 ``--source images`` (provision.matrix.refresh_images) and ``--source container-toolkit``
@@ -9,7 +9,9 @@
 with NVIDIA's container-images repository and the toolkit's release tags; ``--source cuda-redist``
 (provision.matrix.refresh_redist) compares compat/cuda.yaml's min_driver with the driver NVIDIA's
 CUDA redistrib manifests bundle (up to 13.3; it reports new releases, never adds them: a row also
-needs its repository OS list). ``--check`` prints a unified diff of the rows and exits 1 when
+needs its repository OS list). ``--source stacks`` (provision.matrix.refresh_stacks) reads
+compat/stacks.yaml's release rows from the stack packages' own files on the package index (ONNX
+Runtime, TensorRT, Torch-TensorRT, DeepSpeed, Megatron-Core, Transformer Engine). ``--check`` prints a unified diff of the rows and exits 1 when
 upstream moved; ``--from`` reads a recorded copy (tests/fixtures/refresh/<source>) instead of the
 network. The rest of this text is the frameworks source.
 
@@ -172,31 +174,64 @@ def http_range(url: str, start: int | None, end: int | None) -> bytes:
 
 def metadata_from_zip(url: str, ranged: Callable[[str, int | None, int | None], bytes]) -> str:
     """Read ``*.dist-info/METADATA`` from a remote zip with three range requests."""
+    for entry in zip_entries(url, ranged):
+        if re.fullmatch(r"[^/]+\.dist-info/METADATA", entry.name):
+            return zip_member(url, ranged, entry, label="METADATA").decode("utf-8")
+    raise RefreshError(f"{url}: no .dist-info/METADATA member")
+
+
+@dataclass(frozen=True)
+class ZipEntry:
+    """One member of a remote zip, as its central directory lists it."""
+
+    name: str
+    method: int  # 0 stored, 8 deflated
+    compressed_size: int
+    size: int  # uncompressed
+    header_offset: int  # where its local file header starts
+
+
+def zip_entries(url: str, ranged: Callable[[str, int | None, int | None], bytes]) -> list[ZipEntry]:
+    """The central directory of a remote zip, read with two range requests (the last 64 KiB, then
+    the directory itself)."""
     tail = ranged(url, None, 65536)
     eocd = tail.rfind(b"PK\x05\x06")
     if eocd < 0:
         raise RefreshError(f"{url}: no zip end-of-central-directory record in the last 64 KiB")
     cd_size, cd_offset = struct.unpack("<II", tail[eocd + 12 : eocd + 20])
     cd = ranged(url, cd_offset, cd_offset + cd_size - 1)
+    entries = []
     pos = 0
     while pos < len(cd) and cd[pos : pos + 4] == b"PK\x01\x02":
         (method,) = struct.unpack("<H", cd[pos + 10 : pos + 12])
-        (csize,) = struct.unpack("<I", cd[pos + 20 : pos + 24])
+        csize, usize = struct.unpack("<II", cd[pos + 20 : pos + 28])
         nlen, elen, clen = struct.unpack("<HHH", cd[pos + 28 : pos + 34])
         (local_off,) = struct.unpack("<I", cd[pos + 42 : pos + 46])
         name = cd[pos + 46 : pos + 46 + nlen].decode()
         pos += 46 + nlen + elen + clen
-        if re.fullmatch(r"[^/]+\.dist-info/METADATA", name):
-            head = ranged(url, local_off, local_off + 30 + 65535 - 1)
-            lnlen, lelen = struct.unpack("<HH", head[26:30])
-            start = local_off + 30 + lnlen + lelen
-            data = ranged(url, start, start + csize - 1)
-            if method == 8:
-                data = zlib.decompress(data, -15)
-            elif method != 0:
-                raise RefreshError(f"{url}: METADATA uses zip method {method}")
-            return data.decode("utf-8")
-    raise RefreshError(f"{url}: no .dist-info/METADATA member")
+        entries.append(ZipEntry(name, method, csize, usize, local_off))
+    return entries
+
+
+def zip_data_offset(url: str, ranged: Callable[[str, int | None, int | None], bytes], entry: ZipEntry) -> int:
+    """Where ``entry``'s (compressed) data starts: after its local header, whose name and extra
+    field lengths may differ from the central directory's (one range request)."""
+    head = ranged(url, entry.header_offset, entry.header_offset + 30 + 65535 - 1)
+    lnlen, lelen = struct.unpack("<HH", head[26:30])
+    return entry.header_offset + 30 + lnlen + lelen
+
+
+def zip_member(
+    url: str, ranged: Callable[[str, int | None, int | None], bytes], entry: ZipEntry, *, label: str | None = None
+) -> bytes:
+    """The uncompressed bytes of one member (two range requests: its local header, its data)."""
+    start = zip_data_offset(url, ranged, entry)
+    data = ranged(url, start, start + entry.compressed_size - 1)
+    if entry.method == 8:
+        return zlib.decompress(data, -15)
+    if entry.method != 0:
+        raise RefreshError(f"{url}: {label or entry.name} uses zip method {entry.method}")
+    return data
 
 
 _LINUX = {
@@ -545,7 +580,7 @@ _QuotedDumper.add_representer(
 )
 
 
-SOURCES = ("frameworks", "images", "container-toolkit", "cuda-redist")
+SOURCES = ("frameworks", "images", "container-toolkit", "cuda-redist", "stacks")
 # what reading an upstream over the network raises when it cannot be reached (exit 4)
 _UNREACHABLE = (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException)
 
@@ -728,6 +763,34 @@ def _redist(compat: Path, args: argparse.Namespace, out, err) -> int:
     return 0
 
 
+def _stacks(compat: Path, args: argparse.Namespace, out, err) -> int:
+    from provision.matrix import refresh_stacks as rs
+
+    raw = _catalogue(compat)
+    if args.recorded is not None:
+        upstream, generated = rs.Recorded(args.recorded), rs.recorded_date(args.recorded)
+    else:
+        upstream, generated = rs.Live(), dt.date.today().isoformat()
+    notes: list[str] = []  # printed once the run succeeded: a failed one prints its one error line only
+    try:
+        doc = rs.refresh(raw["stacks"], upstream, generated=generated, log=notes.append)
+    except _UNREACHABLE as exc:
+        raise _unreachable("stacks", exc) from None
+    diff = rs.check(raw["stacks"], doc)
+    if args.check:
+        err.writelines(f"{note}\n" for note in notes)
+        upstream_text = "the stack packages' files on the package index" + (
+            f" (recorded copy {args.recorded})" if args.recorded is not None else ""
+        )
+        return _checked(diff, out, err, file=rs.FILE, upstream=upstream_text)
+    stale = diff or not (compat / rs.FILE).read_text(encoding="utf-8").startswith(rs.HEADER)
+    if stale:  # new rows, or the header that describes them
+        replace_checked(compat, rs.FILE, rs.dump(doc))
+    err.writelines(f"{note}\n" for note in notes)
+    print(f"{'wrote' if stale else 'unchanged:'} {compat / rs.FILE}", file=err)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Exit 0 done (or no drift), 1 ``--check`` found drift, 2 bad input (arguments, a recorded
     copy, what upstream serves), 3 a broken catalogue, 4 upstream unreachable. Every error is one
@@ -740,7 +803,8 @@ def main(argv: list[str] | None = None) -> int:
         default="frameworks",
         help="which upstream: frameworks (wheel metadata -> frameworks.yaml, the default), images "
         "(NVIDIA's container-images repository -> images.yaml), container-toolkit (its release tags -> "
-        "container_toolkit.yaml), cuda-redist (NVIDIA's CUDA redistrib manifests -> cuda.yaml min_driver), or all",
+        "container_toolkit.yaml), cuda-redist (NVIDIA's CUDA redistrib manifests -> cuda.yaml min_driver), stacks "
+        "(the stack packages' files on the package index -> stacks.yaml releases), or all",
     )
     parser.add_argument(
         "--check",
@@ -754,7 +818,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         metavar="DIR",
         help="read a recorded copy of the upstream (tests/fixtures/refresh/<source>) instead of the network "
-        "(images, container-toolkit, cuda-redist)",
+        "(images, container-toolkit, cuda-redist, stacks)",
     )
     parser.add_argument(
         "--source-key",
@@ -788,7 +852,7 @@ def _run(args: argparse.Namespace) -> int:
         if len(sources) != 1 or sources[0] == "frameworks":
             raise InputError(
                 "--from reads one recorded copy",
-                hint="use it with --source images, container-toolkit or cuda-redist",
+                hint="use it with --source images, container-toolkit, cuda-redist or stacks",
             )
         if not (args.recorded / "SOURCE.txt").is_file():
             raise InputError(
@@ -797,7 +861,13 @@ def _run(args: argparse.Namespace) -> int:
             )
     if args.source_key is not None:
         _check_key(_sources(compat), args.source_key, "--source-key")
-    run = {"frameworks": _frameworks, "images": _images, "container-toolkit": _toolkit, "cuda-redist": _redist}
+    run = {
+        "frameworks": _frameworks,
+        "images": _images,
+        "container-toolkit": _toolkit,
+        "cuda-redist": _redist,
+        "stacks": _stacks,
+    }
     worst = 0
     for name in sources:
         try:
