@@ -1,4 +1,4 @@
-"""requirements/provision.lock, with which generated CI workflows install gpu-provision: every
+"""requirements/provision.lock, the versions this repository is tested with: every
 dependency of pyproject.toml (and the build backend) pinned with hashes, satisfying its specifier.
 Regenerate with requirements/lock."""
 
