@@ -93,4 +93,4 @@ def test_installed_wheel_plans_from_its_own_data(wheel, tmp_path):
         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
     )
     assert plan.returncode == 0, plan.stderr
-    assert '"schema": 1' in plan.stdout, plan.stderr
+    assert '"schema": 2' in plan.stdout, plan.stderr
