@@ -376,7 +376,8 @@ def legend(workload_id: str) -> list[str]:
 
 def term_cell(t: TermValue) -> str:
     value = f"{t.value:.3g}" if t.value < 100 else f"{t.value:,.0f}"
-    return f"{value} {t.unit}"
+    unit = t.unit[:-1] if t.value == 1 and t.unit == "instances" else t.unit  # "1 instance"
+    return f"{value} {unit}"
 
 
 def table_rows(ranked: Sequence[RankedGpu]) -> tuple[list[str], list[list[str]]]:

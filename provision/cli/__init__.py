@@ -44,7 +44,7 @@ SUMMARIES = {
     "gpus": "Rank the catalogued GPUs for a workload from their specs: a tier list.",
     "inventory": "Check inventories before anything runs.",
     "matrix": "List the compatibility catalogue, or check it end to end.",
-    "mig": "Plan Multi-Instance GPU layouts (A100, H100, H200, B200).",
+    "mig": "Plan and suggest Multi-Instance GPU layouts (A100, A30, H100, H200, GH200, B200, RTX PRO 6000).",
     "pin-base": "Resolve the plan's nvidia/cuda tags to their registry digests and record them.",
     "plan": "Resolve driver, kernel modules, CUDA, cuDNN, framework and image for an OS and a GPU.",
     "runs-on": "List the CUDA releases, nvidia/cuda image sets and framework builds a driver runs.",

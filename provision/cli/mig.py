@@ -20,7 +20,7 @@ FLAT = ("table", "markdown")
 
 @click.group("mig")
 def mig_group():
-    """Plan Multi-Instance GPU layouts (A100, H100, H200, B200).
+    """Plan and suggest Multi-Instance GPU layouts (A100, A30, H100, H200, GH200, B200, RTX PRO 6000).
 
     `mig plan` checks a layout against the GPU's real placements; `mig suggest` proposes layouts
     for N services of a given memory. Both cover every GPU with a profile set in compat/mig.yaml

@@ -40,3 +40,13 @@ def test_a_framework_with_an_extra_is_named_once(cli):
     assert result.code == 0
     row = next(x for x in result.out.splitlines() if x.startswith("framework "))
     assert row.count("and-cuda") == 1
+
+
+def test_one_instance_is_singular():
+    from provision.tiers import TermValue, term_cell
+
+    fields = TermValue._fields
+    one = TermValue(**{f: ("instances" if f == "unit" else 1 if f == "value" else None) for f in fields})
+    two = one._replace(value=2)
+    assert term_cell(one) == "1 instance"
+    assert term_cell(two) == "2 instances"
