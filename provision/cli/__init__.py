@@ -42,7 +42,7 @@ SUMMARIES = {
     "diff": "Name what changes from OLD to NEW: two plan locks, or a host's scan and its plan.",
     "doctor": "Name GPU faults and their fixes from nvidia-smi, the kernel log and error output.",
     "gpus": "Rank the catalogued GPUs for a workload from their specs: a tier list.",
-    "inventory": "Check inventories before anything runs.",
+    "inventory": "Check inventories before anything runs, and read what their hosts run now.",
     "matrix": "List the compatibility catalogue, or check it end to end.",
     "mig": "Plan and suggest Multi-Instance GPU layouts (A100, A30, H100, H200, GH200, B200, RTX PRO 6000).",
     "pin-base": "Resolve the plan's nvidia/cuda tags to their registry digests and record them.",

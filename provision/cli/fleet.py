@@ -288,7 +288,7 @@ def _write_summary(prepared, result, check: bool, code: int) -> None:
 
 @click.group("inventory")
 def inventory_group():
-    """Check inventories before anything runs."""
+    """Check inventories before anything runs, and read what their hosts run now."""
 
 
 @inventory_group.command("check")
@@ -412,3 +412,13 @@ def merged(problems) -> list[str]:
         shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
         out.append(f"{shown}: {text}")
     return out
+
+
+def _add_scan() -> None:
+    """`provision inventory scan` lives in provision/cli/scan.py; the group lists it here."""
+    from provision.cli.scan import scan_cmd
+
+    inventory_group.add_command(scan_cmd)
+
+
+_add_scan()
