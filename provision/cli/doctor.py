@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import sys
 
 import click
@@ -50,8 +52,9 @@ def doctor_cmd(ctx, *, local, inventory, limit, files, app_logs, save_dir, sudo,
     provision doctor -i hosts.yml --limit gpu-a --format json
     provision doctor --from-file nvidia-smi-q.xml --from-file dmesg.log
 
-    The table wraps the evidence and the fix to the terminal's width (COLUMNS); piped without
-    COLUMNS, each finding stays on one line. Nothing is cut: --format json carries the same text.
+    The table wraps the evidence and the fix to the terminal's width (COLUMNS), at spaces only (a
+    command, path or UUID is never split), as one block per finding when columns do not fit;
+    piped without COLUMNS, each finding stays on one line. --format json carries the same text.
 
     Exit status: 0 healthy (warnings and notes only), 1 an error finding (or a host that could
     not be read), 2 bad input (a file that cannot be read or is not GPU tool output).
@@ -87,39 +90,71 @@ def doctor_cmd(ctx, *, local, inventory, limit, files, app_logs, save_dir, sudo,
             host_timeout=host_timeout,
             hostvars=inv.hosts,
         )
+    logs = [_read_tail(path) for path in app_logs]
     results = []
     for item in collected:
         if save_dir and item.text is not None:
-            os.makedirs(save_dir, exist_ok=True)
-            with open(os.path.join(save_dir, f"{item.host}.doctor.txt"), "w", encoding="utf-8") as handle:
-                handle.write(item.text)
+            _save(save_dir, item.host, item.text)
         if item.text is None:
             results.append((item.host, None, item.problem))
             continue
-        sections = split_bundle(item.text)
-        for path in app_logs:
-            sections["app-log"] = sections.get("app-log", "") + _read(path)
+        sections = split_bundle(item.text, item.token or None)
+        for text, _cut in logs:
+            sections["app-log"] = sections.get("app-log", "") + text
         report = diagnose_texts(sections, matrix=matrix)
+        extra = [_cut_finding(path, size) for path, (_text, size) in zip(app_logs, logs, strict=True) if size]
+        if item.cut:
+            extra.append(_host_cut())
         if item.problem:  # partial output: the collector was stopped at the host's deadline
-            report = _with_stopped(report, item.problem)
-        results.append((item.host, report, None))
+            extra.append(_stopped(item.problem))
+        results.append((item.host, _with(report, extra), None))
     if local:
         return _emit_single(results[0][1], fmt)
-    return _emit_hosts(results, fmt)
+    return _emit_hosts(results, fmt, inventory)
 
 
-def _read(path: str) -> str:
+def _save(folder: str, host: str, text: str) -> None:
+    """What a host's collector printed, as FOLDER/HOST.doctor.txt (readable by its owner only: a
+    kernel log can say more than a GPU's health); never through a symlink."""
+    from provision.documents import write_text
+
+    if not _SAVED_NAME.fullmatch(host):
+        raise InputError(f"host {host!r}: not a name to save a file as", hint="drop --save-dir for this inventory")
+    os.makedirs(folder, exist_ok=True)
+    write_text(os.path.join(folder, f"{host}.doctor.txt"), text, mode=0o600)
+
+
+def _read_tail(path: str) -> tuple[str, int]:
+    """An --app-log's text: its last SECTION_CHARS bytes (a training log ends with what failed),
+    and its size when it was larger (0 when read whole)."""
+    from provision.doctor.bounds import SECTION_CHARS
+    from provision.doctor.diagnose import decode_bytes
+
     try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size > SECTION_CHARS:
+                handle.seek(size - SECTION_CHARS)
+            data = handle.read(SECTION_CHARS)
     except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})", hint="check the --app-log path") from None
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})", hint="check the --app-log path") from None
+    text = decode_bytes(data)
+    if size > SECTION_CHARS:
+        text = text[text.find("\n") + 1 :]  # from the first whole line
+    return text, (size if size > SECTION_CHARS else 0)
 
 
-def _with_stopped(report, problem: str):
-    from provision.doctor import Finding, Report
+def _with(report, extra: list):
+    from provision.doctor import Report
+    from provision.doctor.model import sort_findings
 
-    stopped = Finding(
+    return Report(sort_findings([*report.findings, *extra]), report.read) if extra else report
+
+
+def _stopped(problem: str):
+    from provision.doctor import Finding
+
+    return Finding(
         "collector-stopped",
         "error",
         "the host's deadline stopped the collector: what it read before is diagnosed",
@@ -127,7 +162,49 @@ def _with_stopped(report, problem: str):
         "Something on the host hangs (nvidia-smi on a lost GPU, a stuck filesystem): read the findings "
         "above, then `sudo dmesg | tail` on the host; raise --host-timeout if the host is only slow.",
     )
-    return Report((*report.findings, stopped), report.read)
+
+
+def _host_cut():
+    from provision.doctor import Finding
+    from provision.doctor.bounds import HOST_BYTES, size
+
+    return Finding(
+        "output-cut",
+        "error",
+        f"the host printed more than {size(HOST_BYTES)}: only its first {size(HOST_BYTES)} were diagnosed",
+        f"the collector's output was cut at {HOST_BYTES:,} bytes",
+        "The collector prints a few hundred KiB on a healthy host (each command is cut at 4 MiB), so this host "
+        "floods its output, or something on it rewrites what the collector prints: what came after the cut "
+        "(nvidia-smi comes last) was not diagnosed. Run `nvidia-smi -q` and `sudo dmesg | tail` on the host.",
+    )
+
+
+def _cut_finding(path: str, whole: int):
+    from provision.doctor import Finding
+    from provision.doctor.bounds import SECTION_CHARS, size
+
+    return Finding(
+        "output-cut",
+        "warning",
+        f"the application log {os.path.basename(path)} is {size(whole)}: only its last {size(SECTION_CHARS)} were read",
+        f"{path}: {whole:,} bytes",
+        "An error earlier in the log was not analysed: pass the part around the failure "
+        "(`grep -n -iE 'cuda|nccl|error' LOG`) with --app-log.",
+    )
+
+
+_SAVED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,252}")
+
+
+def _unreachable_fix(inventory: str, host: str) -> str:
+    """A command that connects to the host as doctor does (the inventory's user, port, key and ssh
+    options), to see the error whole."""
+    inv, name = shlex.quote(inventory), shlex.quote(host)
+    return (
+        f"Connect to it the way doctor does, with the inventory's settings: `ansible -i {inv} {name} -m ping` "
+        f"(`-vvv` shows the ssh command and its error); fix what it reports (address, user, key, "
+        f"host key, firewall), then run doctor again with `--limit {name}`."
+    )
 
 
 HEADERS = ["severity", "id", "title", "evidence", "fix"]
@@ -152,8 +229,10 @@ def _print_findings(headers: list[str], rows: list[list[str]]) -> None:
 
 def findings_table(headers: list[str], rows: list[list[str]], width: int) -> str:
     """The findings as text no wider than `width` (0: unbounded, one line per finding). The
-    title, evidence and fix columns wrap; nothing is cut. Too narrow for columns, each finding
-    becomes a block of wrapped lines."""
+    title, evidence and fix columns wrap at spaces only: a command, a path or a GPU UUID is never
+    split, so it can be copied. When the columns cannot hold every word of their cells, each
+    finding becomes a block of wrapped lines, in which only a word longer than the terminal is
+    wider than it (on a line of its own)."""
     import textwrap
 
     wrap = [i for i, h in enumerate(headers) if h in WRAPPED]
@@ -162,15 +241,16 @@ def findings_table(headers: list[str], rows: list[list[str]], width: int) -> str
         widths = natural
     else:
         fixed = sum(natural[i] for i in range(len(headers)) if i not in wrap) + 2 * (len(headers) - 1)
-        widths = _share(natural, wrap, width - fixed)
-        if widths is None:
+        shared = _share(natural, wrap, width - fixed)
+        if shared is None or any(_longest_word(r[i]) > shared[i] for r in rows for i in wrap):
             return _blocks(headers, rows, width)
+        widths = shared
     out = ["provision doctor", ""]
     out.append("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
     out.append("  ".join("-" * w for w in widths))
     for row in rows:
         cells = [
-            textwrap.wrap(v, w, break_long_words=True, break_on_hyphens=False) or [""]
+            textwrap.wrap(v, w, break_long_words=False, break_on_hyphens=False) or [""]
             if i in wrap and width > 0
             else [v]
             for i, (v, w) in enumerate(zip(row, widths, strict=True))
@@ -179,6 +259,10 @@ def findings_table(headers: list[str], rows: list[list[str]], width: int) -> str
             line = "  ".join((c[n] if n < len(c) else "").ljust(w) for c, w in zip(cells, widths, strict=True))
             out.append(line.rstrip())
     return "\n".join(out) + "\n"
+
+
+def _longest_word(text: str) -> int:
+    return max((len(word) for word in text.split()), default=0)
 
 
 def _share(natural: list[int], wrap: list[int], room: int) -> list[int] | None:
@@ -197,24 +281,33 @@ def _share(natural: list[int], wrap: list[int], room: int) -> list[int] | None:
 
 
 def _blocks(headers: list[str], rows: list[list[str]], width: int) -> str:
-    import textwrap
-
     out = ["provision doctor", ""]
     for row in rows:
         head = [v for h, v in zip(headers, row, strict=True) if h not in WRAPPED]
-        out += textwrap.wrap("  ".join(head), width, break_long_words=True) or [""]
+        out += _wrap_words("  ".join(head), width, "", "")
         for h, v in zip(headers, row, strict=True):
             if h in WRAPPED:
-                out += textwrap.wrap(
-                    v,
-                    width,
-                    initial_indent=f"  {h}: "[:width],
-                    subsequent_indent="    "[: max(0, width - 1)],
-                    break_long_words=True,
-                    break_on_hyphens=False,
-                )
+                out += _wrap_words(v, width, f"  {h}: ", "    ")
         out.append("")
     return "\n".join(out)
+
+
+def _wrap_words(text: str, width: int, first: str, rest: str) -> list[str]:
+    """``text`` wrapped to ``width`` at spaces, the first line after ``first``, the others after
+    ``rest``; a word longer than the room is never split: it goes on a line of its own."""
+    import textwrap
+
+    text = " ".join(text.split())
+    room = max(1, width - len(rest))
+    lines = textwrap.wrap(text, room, break_long_words=False, break_on_hyphens=False) or [""]
+    if len(first) + len(lines[0]) > width:
+        head = textwrap.wrap(text, max(1, width - len(first)), break_long_words=False, break_on_hyphens=False)
+        if head and len(first) + len(head[0]) <= width:  # the first line fits after the label
+            tail = text[len(head[0]) :].strip()
+            more = textwrap.wrap(tail, room, break_long_words=False, break_on_hyphens=False) if tail else []
+            return [first + head[0]] + [rest + ln for ln in more]
+        return [first.rstrip()] + [rest + ln for ln in lines]  # the label alone: the first word is too long
+    return [first + lines[0]] + [rest + ln for ln in lines[1:]]
 
 
 def _emit_single(report, fmt: str) -> int:
@@ -234,7 +327,7 @@ def _emit_single(report, fmt: str) -> int:
     return report.exit_code
 
 
-def _emit_hosts(results, fmt: str) -> int:
+def _emit_hosts(results, fmt: str, inventory: str) -> int:
     from provision.cli.output import dumps_json
 
     hosts, flat, code = [], [], 0
@@ -245,7 +338,7 @@ def _emit_hosts(results, fmt: str) -> int:
                 "severity": "error",
                 "title": "the host could not be read",
                 "evidence": problem or "",
-                "fix": "check SSH access (provision inventory check -i INVENTORY)",
+                "fix": _unreachable_fix(inventory, host),
             }
             hosts.append(
                 {

@@ -6,15 +6,20 @@ section keys (``SECTION_KEYS``) plus ``query-gpu-csv``; ``collector-bundle`` and
 is recognised but either carries no health signal (``nvidia-smi topo -m``, ``pmon``,
 ``mig -lgip``, ``--help-query-gpu``, ``-L`` ...) or is not an NVIDIA tool's output at all, and
 ``diagnose_files`` rejects it with an ``InputError`` that says what the file looks like.
+
+Nothing here parses a foreign document (a YAML alias bomb stays text): JSON and YAML are told by
+their first lines, and every pattern is linear in its input.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 
-from provision.doctor.parse_log import has_kernel_prefix, is_fabric_manager_line, scan_messages
-from provision.doctor.parse_smi import NVSMI_LOG, csv_header
+from provision.doctor import bounds
+from provision.doctor.parse_log import PROC_VERSION_LINE, has_kernel_prefix, is_fabric_manager_line, scan_messages
+from provision.doctor.parse_smi import NVSMI_LOG, csv_header, nvlink_gpu
 
 # The collector's section keys, in the order it prints them.
 SECTION_KEYS = (
@@ -31,6 +36,7 @@ SECTION_KEYS = (
     "app-log",
     "secure-boot",
     "uname-r",
+    "pci-nvidia",
 )
 
 # Sections the collector may add that carry context only (listed under ``read``, not analysed).
@@ -51,6 +57,7 @@ KINDS = {
     "app-log": "application output with CUDA / framework errors",
     "secure-boot": "mokutil --sb-state output",
     "uname-r": "the running kernel release (uname -r)",
+    "pci-nvidia": "the NVIDIA devices on the PCI bus (sysfs)",
     "query-gpu-csv": "nvidia-smi --query-gpu CSV",
     # containers
     "collector-bundle": "a provision doctor collector bundle",
@@ -75,14 +82,36 @@ KINDS = {
     "text": "text with no NVIDIA tool output doctor recognises",
 }
 DIAGNOSABLE = frozenset(SECTION_KEYS) | {"query-gpu-csv"}
+CLASSIFY_LINES = 10_000
 CONTAINERS = frozenset({"collector-bundle", "capture-bundle"})
 
-# A marker ends its line; it may follow output that had no trailing newline.
-COLLECTOR_MARKER = re.compile(r"===== provision-doctor: (?P<key>[A-Za-z0-9_.-]+) =====[ \t]*$", re.M)
-_CAPTURE_HEADER = re.compile(r"^#{20,}\n# (?P<title>[^\n]*)\n(?:# \$ (?P<cmd>[^\n]*)\n)?#{20,}\n", re.M)
-_TABLE_HEAD = re.compile(r"^\|\s*NVIDIA-SMI\s+\S+\s+(?:Driver|KMD) Version:", re.M)
-_NVLINK_GPU = re.compile(r"^GPU \d+: .+ \(UUID: [^)]+\)\s*$", re.M)
-_MODULE_LINE = re.compile(r"^[A-Za-z0-9_]+ \d+ \d+ \S+ (?:Live|Loading|Unloading) 0x[0-9a-f]+", re.M)
+# "===== provision-doctor: <key> ===== <token>", the token random per run (collect.new_token): a
+# host that prints a marker cannot start a section, since the collector passes no output that
+# holds the token. A marker ends its line; it may follow output that had no trailing newline.
+# Bundles saved before markers carried a token have none.
+COLLECTOR_MARKER = re.compile(
+    r"===== provision-doctor: (?P<key>[A-Za-z0-9_.-]{1,64}) =====(?: (?P<token>[0-9a-f]{32}))?[ \t]*+$", re.M
+)
+_CAPTURE_HEADER = re.compile(r"^#{20,}+\n# (?P<title>[^\n]*)\n(?:# \$ (?P<cmd>[^\n]*)\n)?#{20,}+\n", re.M)
+_TABLE_HEAD = re.compile(r"^\|[ \t]*+NVIDIA-SMI[ \t]++\S{1,32}[ \t]++(?:Driver|KMD) Version:", re.M)
+_NVLINK_LINK = re.compile(r"^[ \t]++Link \d{1,4}: ", re.M)
+_NVLINK_WORD = re.compile(r"nvlink", re.I)
+_MODULE_LINE = re.compile(
+    r"^[A-Za-z0-9_]{1,64} \d{1,12} \d{1,6} \S{1,4096} (?:Live|Loading|Unloading) 0x[0-9a-f]{1,16}", re.M
+)
+_NVRM = re.compile(r"\bNVRM: ")
+_MODULE_HEAD = re.compile(r"^Module[ \t]++Size[ \t]++Used by", re.M)
+_SECURE_BOOT = re.compile(r"SecureBoot (?:enabled|disabled)")
+_XML_HEAD = re.compile(r"<\?xml[^>]{0,256}>\s*+<!DOCTYPE nvidia_smi_log")
+_SMI_VERSION = re.compile(r"^NVIDIA-SMI version[ \t]*+:", re.M)
+_TOPO_LEGEND = re.compile(r"X[ \t]++= Self")
+_PMON = re.compile(r"^#[ \t]*+gpu[ \t]++pid[ \t]++type", re.M)
+_DMON = re.compile(r"^#[ \t]*+gpu[ \t]++pwr[ \t]++gtemp", re.M)
+_MIG_LIST = re.compile(r"\|[ \t]*+(?:GPU instance profiles|GPU instances|Compute instance profiles|Compute instances):")
+_OTHER_QUERY = re.compile(r"^[ \t]*+(?:timestamp, )?(?:gpu_name|gpu_bus_id|pid|retired_pages)")
+_NVIDIA_NAME = re.compile(r"NVIDIA|Tesla|GeForce|Quadro|[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d")
+_HTML = re.compile(r"(?is)(<!doctype html|<html|<head|<body)")
+_YAML_LINE = re.compile(r"^(?:- )?[\w.-]{1,64}:(?:[ \t]|$)")
 _SMI_IDS = {
     "nvidia-smi-timeout",
     "driver-library-mismatch",
@@ -116,32 +145,33 @@ def classify(text: str, name: str = "") -> str:
     if _CAPTURE_HEADER.search(text) and "nvidia-smi" in text:
         return "capture-bundle"
     head = stripped[:2048]
-    if "<nvidia_smi_log" in text[:65536] or re.match(r"<\?xml[^>]*>\s*<!DOCTYPE nvidia_smi_log", head):
+    if "<nvidia_smi_log" in text[:65536] or _XML_HEAD.match(head):
         return "nvidia-smi-q-x"
     if NVSMI_LOG in text:
         return "nvidia-smi-q"
     if _TABLE_HEAD.search(text):
         return "nvidia-smi"
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    if _NVLINK_GPU.search(text):
-        if re.search(r"^\s+Link \d+: ", text, re.M) or re.search(r"nvlink", text, re.I):
+    # the first CLASSIFY_LINES lines decide (a 200 MB log is not listed whole to be named)
+    lines = list(itertools.islice((ln for ln in bounds.lines(text) if ln and not ln.isspace()), CLASSIFY_LINES))
+    if any(nvlink_gpu(ln) for ln in lines):
+        if _NVLINK_LINK.search(text) or _NVLINK_WORD.search(text):
             return "nvlink-s"
         return "nvidia-smi-L"
     if sum(1 for ln in lines if is_fabric_manager_line(ln)) >= max(1, len(lines) // 4):
         return "fabricmanager-log"
     kernelish = sum(1 for ln in lines if has_kernel_prefix(ln))
-    if kernelish >= max(1, len(lines) // 2) or re.search(r"\bNVRM: ", text):
+    if kernelish >= max(1, len(lines) // 2) or _NVRM.search(text):
         return "kernel-log"
     ids = {m.id for m in scan_messages(text)}
     if ids & _SMI_IDS:
         return "nvidia-smi-stderr"
     if ids:
         return "app-log"
-    if re.search(r"NVRM version:.*Kernel Module", text):
+    if PROC_VERSION_LINE.search(text):
         return "proc-driver-version"
-    if re.search(r"^Module\s+Size\s+Used by", text, re.M) or len(_MODULE_LINE.findall(text)) >= max(1, len(lines) // 2):
+    if _MODULE_HEAD.search(text) or sum(1 for ln in lines if _MODULE_LINE.match(ln)) >= max(1, len(lines) // 2):
         return "modules"
-    if re.search(r"SecureBoot (?:enabled|disabled)", text):
+    if _SECURE_BOOT.search(text):
         return "secure-boot"
     kind = _other_nvidia(text, lines)
     if kind:
@@ -152,40 +182,37 @@ def classify(text: str, name: str = "") -> str:
 def _other_nvidia(text: str, lines: list[str]) -> str | None:
     if "List of valid properties to query" in text or "NVIDIA System Management Interface -- v" in text:
         return "nvidia-smi-help"
-    if re.search(r"^NVIDIA-SMI version\s*:", text, re.M):
+    if _SMI_VERSION.search(text):
         return "nvidia-smi-version"
-    if "Legend:" in text and re.search(r"X\s+= Self", text):
+    if "Legend:" in text and _TOPO_LEGEND.search(text):
         return "topo"
-    if re.search(r"^#\s*gpu\s+pid\s+type", text, re.M):
+    if _PMON.search(text):
         return "pmon"
-    if re.search(r"^#\s*gpu\s+pwr\s+gtemp", text, re.M):
+    if _DMON.search(text):
         return "dmon"
-    if re.search(r"\|\s*(?:GPU instance profiles|GPU instances|Compute instance profiles|Compute instances):", text):
+    if _MIG_LIST.search(text):
         return "mig-list"
     first = lines[0] if lines else ""
     if csv_header(first):
         return "query-gpu-csv"
-    if re.match(r"^\s*(?:timestamp, )?(?:gpu_name|gpu_bus_id|pid|retired_pages)", first) and "," in first:
+    if _OTHER_QUERY.match(first) and "," in first:
         return "query-other-csv"
-    csvish = [ln for ln in lines if ln.count(",") >= 1]
-    if (
-        csvish
-        and len(csvish) == len(lines)
-        and re.search(r"NVIDIA|Tesla|GeForce|Quadro|[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d", text)
-    ):
+    if lines and all("," in ln for ln in lines) and _NVIDIA_NAME.search(text):
         return "query-csv-noheader"
     return None
 
 
 def _foreign(stripped: str, name: str) -> str:
     low_name = name.lower()
-    if stripped[:1] in "{[":
+    if stripped[:1] in "{[" and len(stripped) <= JSON_PARSED:
         try:
             json.loads(stripped)
             return "json"
         except (ValueError, RecursionError):
             pass
-    if re.match(r"(?is)(<!doctype html|<html|<head|<body)", stripped[:200]):
+    elif stripped[:1] in "{[" and stripped[-1:] in "}]":
+        return "json"  # too large to parse only to name it
+    if _HTML.match(stripped[:200]):
         return "html"
     if stripped.startswith("<"):
         return "xml-other"
@@ -196,35 +223,56 @@ def _foreign(stripped: str, name: str) -> str:
         return "modules"
     if re.search(r"fabricmanager|fabric-manager", low_name):
         return "fabricmanager-log"
-    if len(stripped) < 1_000_000 and (re.search(r"(?m)^[\w.-]+:\s+\S", stripped[:2048]) or stripped.startswith("---")):
-        try:
-            import yaml
-
-            doc = yaml.safe_load(stripped)
-            if isinstance(doc, dict | list):
-                return "yaml"
-        except Exception:
-            pass
+    if _looks_like_yaml(stripped):
+        return "yaml"
     return "text"
 
 
-def split_bundle(text: str) -> dict[str, str]:
-    """Sections of a collector bundle: ``===== provision-doctor: <key> =====`` starts a section.
+JSON_PARSED = 1 << 20  # JSON up to this size is parsed to tell it from text that starts with "["
+
+
+def _looks_like_yaml(stripped: str) -> bool:
+    """YAML told by its first lines, never parsed (an alias bomb is a few hundred bytes): a "---"
+    start, or most of the first 20 lines "key: value" / "- key: value" / indented."""
+    head = [ln for ln in stripped[:4096].splitlines()[:20] if ln.strip() and not ln.lstrip().startswith("#")]
+    if stripped.startswith("---"):
+        return True
+    keyed = sum(1 for ln in head if _YAML_LINE.match(ln.lstrip()))
+    return bool(head) and _YAML_LINE.match(head[0]) is not None and keyed * 2 > len(head)
+
+
+def split_bundle(text: str, token: str | None = None) -> dict[str, str]:
+    """Sections of a collector bundle: ``===== provision-doctor: <key> ===== <token>`` starts a section.
+
+    ``token``: the run's token (the collector's output as it arrives): only markers that carry it
+    count, and any other marker is text of the section it is in. Without it (a bundle saved with
+    --save-dir and read again) the token is the first marker's; a bundle saved before markers
+    carried a token is read by its plain markers.
 
     Text before the first marker is dropped. A marker glued to the end of the previous
     section's last line (output without a trailing newline) still counts. A key that appears
     twice has its texts joined with a newline (a kernel log gathered from two sources stays one
     log).
     """
-    sections: dict[str, str] = {}
-    matches = list(COLLECTOR_MARKER.finditer(text))
-    for i, m in enumerate(matches):
-        end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
-        body = text[m.end() : end]
-        body = body[1:] if body.startswith("\n") else body
-        key = m["key"]
-        sections[key] = f"{sections[key]}\n{body}" if key in sections else body
-    return sections
+    parts: dict[str, list[str]] = {}
+    start: tuple[str, int] | None = None  # (key, end of its marker)
+    for m in COLLECTOR_MARKER.finditer(text):
+        if token is None:
+            token = m["token"] or ""  # the first marker decides; "" = markers without a token
+        if (m["token"] or "") != token:
+            continue
+        if start is not None:
+            _keep(parts, start, text, m.start())
+        start = (m["key"], m.end())
+    if start is not None:
+        _keep(parts, start, text, len(text))
+    return {key: "\n".join(bodies) for key, bodies in parts.items()}
+
+
+def _keep(parts: dict[str, list[str]], start: tuple[str, int], text: str, end: int) -> None:
+    key, begin = start
+    body = text[begin:end]
+    parts.setdefault(key, []).append(body[1:] if body.startswith("\n") else body)
 
 
 # What a capture-bundle command is, as a section key (None: kept but not analysed).

@@ -5,6 +5,8 @@ an NVIDIA output with nothing to diagnose) raises ``InputError`` naming the file
 looks like; nothing here lets any other exception out for any input text. Sections of a
 collection (``diagnose_texts``, and the sections of a bundle file) are read leniently: one that
 cannot be parsed is reported as a ``section-unreadable`` warning and the rest is still analysed.
+A section longer than ``bounds.SECTION_CHARS`` is cut (a log keeps its newest part) and reported as
+an ``output-cut`` warning.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from provision.doctor import parse_log, parse_smi
+from provision.doctor import bounds, parse_log, parse_smi
 from provision.doctor.classify import (
     DIAGNOSABLE,
     INFO_KEYS,
@@ -28,9 +30,10 @@ from provision.doctor.classify import (
 from provision.doctor.model import Finding, Read, Report, sort_findings, worse
 from provision.doctor.parse_smi import ParseFailure
 from provision.doctor.rules import gpu_rules, nvlink_rules, persistence_rule
-from provision.doctor.rules_host import host_rules, smi_hung_rule
+from provision.doctor.rules_host import KERNEL_RELEASE, host_rules, smi_hung_rule
 from provision.doctor.rules_log import (
     Facts,
+    cut_rules,
     fabric_rules,
     kernel_rules,
     unreadable_rules,
@@ -67,9 +70,30 @@ def _lenient(key: str, text: str, source: str, facts: Facts, reads: list[Read]) 
     try:
         _analyse(key, text, source, facts, reads)
     except ParseFailure as exc:
-        first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-        facts.unreadable.append((source, key, str(exc), first))
+        facts.unreadable.append((source, key, str(exc), _first_line(text)))
         reads.append(Read(source, key, f"could not be read: {exc}", analysed=False))
+
+
+def _first_line(text: str) -> str:
+    return next((ln.strip()[: bounds.MAX_LINE] for ln in bounds.lines(text) if ln and not ln.isspace()), "")
+
+
+# Sections whose newest part matters when one is cut: logs, which end with what happened last.
+_LOGS = frozenset({"kernel-log", "fabricmanager-log", "app-log"})
+
+
+def _capped(key: str, text: str, source: str, facts: Facts) -> str:
+    """At most SECTION_CHARS of a section: a log's last (from a line start), anything else's first."""
+    if len(text) <= bounds.SECTION_CHARS:
+        return text
+    if key in _LOGS:
+        kept = text[-bounds.SECTION_CHARS :]
+        start = kept.find("\n", 0, bounds.MAX_LINE)  # drop the line the cut went through
+        kept, part = (kept[start + 1 :] if start >= 0 else kept), "last"
+    else:
+        kept, part = text[: bounds.SECTION_CHARS], "first"
+    facts.cut.append((source, key, len(text), part))
+    return kept
 
 
 def _analyse(key: str, text: str, source: str, facts: Facts, reads: list[Read]) -> None:
@@ -89,7 +113,7 @@ def _analyse(key: str, text: str, source: str, facts: Facts, reads: list[Read]) 
         return
     handler = _HANDLERS.get(key)
     if handler is None:
-        shown = text.strip().splitlines()[0][:80] if key in INFO_KEYS else "unknown section"
+        shown = _first_line(text)[:80] if key in INFO_KEYS else "unknown section"
         reads.append(Read(source, key, f"{shown}: not analysed", analysed=False))
         return
     reads.append(Read(source, key, handler(text, source, facts)))
@@ -98,7 +122,7 @@ def _analyse(key: str, text: str, source: str, facts: Facts, reads: list[Read]) 
 def _kernel_log(text: str, source: str, facts: Facts) -> str:
     log = parse_log.parse_kernel_log(text)
     facts.kernel.append((source, log))
-    return f"{log.lines} lines, {len(log.xids)} Xid event(s)"
+    return log.summary()
 
 
 def _fabric_log(text: str, source: str, facts: Facts) -> str:
@@ -119,7 +143,7 @@ def _app_log(text: str, source: str, facts: Facts) -> str:
 
 
 def _smi_rc(text: str, source: str, facts: Facts) -> str:
-    m = re.search(r"-?\b\d{1,5}\b", text)
+    m = _EXIT_CODE.search(text[: bounds.MAX_LINE])
     if not m:
         raise ParseFailure("not an exit code")
     facts.smi_rc = int(m[0])
@@ -146,8 +170,22 @@ def _secure_boot(text: str, source: str, facts: Facts) -> str:
 
 
 def _uname(text: str, source: str, facts: Facts) -> str:
-    facts.uname = text.split(maxsplit=1)[0]
-    return facts.uname
+    release = text[: bounds.MAX_LINE].split(maxsplit=1)[0]
+    if not KERNEL_RELEASE.fullmatch(release):  # it goes into the commands a fix names
+        raise ParseFailure("not a kernel release")
+    facts.uname = release
+    return release
+
+
+def _pci(text: str, source: str, facts: Facts) -> str:
+    scan = parse_log.parse_pci(text)
+    facts.pci = scan
+    if scan is None:
+        return "PCI devices not readable"
+    gpus = scan.gpus()
+    return f"{scan.scanned} PCI devices, {len(gpus)} NVIDIA GPU(s)" + (
+        f" and {len(scan.nvidia) - len(gpus)} other NVIDIA function(s)" if len(scan.nvidia) > len(gpus) else ""
+    )
 
 
 _HANDLERS = {
@@ -160,7 +198,9 @@ _HANDLERS = {
     "modules": _modules,
     "secure-boot": _secure_boot,
     "uname-r": _uname,
+    "pci-nvidia": _pci,
 }
+_EXIT_CODE = re.compile(r"-?\b\d{1,5}\b")
 
 
 def _structured(key: str, text: str, source: str, facts: Facts, reads: list[Read]) -> None:
@@ -202,6 +242,7 @@ def _report(facts: Facts, reads: list[Read], matrix: Any) -> Report:
     kernel_rules(facts, out.add)
     fabric_rules(facts, out.add)
     unreadable_rules(facts, out.add)
+    cut_rules(facts, out.add)
     host_rules(facts, matrix, out.add)
     return Report(sort_findings(list(out.found.values())), tuple(reads))
 
@@ -227,7 +268,7 @@ def diagnose_texts(sections: Mapping[str, str], *, matrix: Any = None) -> Report
 
 def _section(key: str, text: str, source: str, facts: Facts, reads: list[Read]) -> None:
     if key in SECTION_KEYS or key in INFO_KEYS:
-        _lenient(key, text, source, facts, reads)
+        _lenient(key, _capped(key, text, source, facts), source, facts, reads)
     else:
         reads.append(Read(source, key, "unknown section key: not analysed", analysed=False))
 
@@ -337,7 +378,7 @@ def _stream_file(path: str, facts: Facts, reads: list[Read]) -> bool:
             if kind == "kernel-log":
                 log = parse_log.parse_kernel_lines(lines)
                 facts.kernel.append((name, log))
-                reads.append(Read(name, kind, f"{log.lines} lines, {len(log.xids)} Xid event(s) (read as a stream)"))
+                reads.append(Read(name, kind, f"{log.summary()} (read as a stream)"))
             else:
                 events, count = parse_log.parse_fabric_manager_lines(lines)
                 facts.fabric.append((name, events))

@@ -2,6 +2,10 @@
 ``--query-gpu`` CSV and ``nvlink -s``. Each returns normalised records (``state.GpuState``) or
 raises ``ParseFailure`` with a short reason; the caller names the file.
 
+Every pattern is linear in its input and the line-oriented formats skip lines longer than
+``bounds.MAX_LINE`` (no nvidia-smi line is that long); rows of the table are split on ``|``
+rather than matched whole (tests/unit/test_doctor_linear.py).
+
 XML is parsed with the standard library (expat). Entity declarations are refused before
 parsing, so nothing is ever expanded, and the ``<!DOCTYPE ... SYSTEM "nvsmi_device_vNN.dtd">``
 line nvidia-smi writes is never fetched (expat does not load external DTDs).
@@ -10,12 +14,13 @@ line nvidia-smi writes is never fetched (expat does not load external DTDs).
 from __future__ import annotations
 
 import csv
-import io
+import itertools
 import re
 from collections.abc import Callable
 from dataclasses import fields as dataclass_fields
 from typing import Any, NamedTuple
 
+from provision.doctor.bounds import MAX_GPUS, MAX_LINE, MAX_MESSAGE_LINES, lines
 from provision.doctor.state import CLOCK_REASONS, GpuState, SmiResult, normalize_bus
 from provision.smi import (
     FIELDS,
@@ -90,12 +95,30 @@ def parse_xml(text: str, source: str) -> SmiResult:
         raise ParseFailure(f"XML whose root is <{root.tag}>, not <nvidia_smi_log>")
     outside = text[:start] + (text[end + len(end_tag) :] if end >= 0 else "")
     result = SmiResult(
-        messages=[ln.strip() for ln in outside.splitlines() if ln.strip()],
+        messages=_message_lines(outside),
         **{f.name: f.convert(first(f.xml, root.findtext)) for f in LOG_FIELDS if f.xml},
     )
-    for i, gpu in enumerate(root.findall("gpu")):
+    gpus = root.findall("gpu")
+    _gpu_count(len(gpus))
+    for i, gpu in enumerate(gpus):
         result.gpus.append(_xml_gpu(gpu, i, source))
     return result
+
+
+def _gpu_count(n: int) -> None:
+    if n > MAX_GPUS:
+        raise ParseFailure(f"{n} GPUs listed: more than {MAX_GPUS} is not nvidia-smi output")
+
+
+def _message_lines(text: str) -> list[str]:
+    """Lines of text printed around a capture (warnings, errors), stripped: the first MAX_MESSAGE_LINES."""
+    out: list[str] = []
+    for ln in lines(text):
+        if ln and not ln.isspace():
+            out.append(ln.strip()[:MAX_LINE])
+            if len(out) >= MAX_MESSAGE_LINES:
+                break
+    return out
 
 
 def _xml_ecc(el) -> tuple[int | None, int | None]:
@@ -145,12 +168,23 @@ def _xml_gpu(gpu, index: int, source: str) -> GpuState:
 
 # -- -q text ---------------------------------------------------------------------------------
 class Node:
-    __slots__ = ("children", "name", "value")
+    __slots__ = ("_index", "children", "name", "value")
 
     def __init__(self, name: str, value: str | None) -> None:
         self.name = name
         self.value = value
         self.children: list[Node] = []
+        self._index: tuple[int, dict[str, Node]] | None = None  # (children seen, lower name -> first child)
+
+    def child(self, want: str) -> Node | None:
+        """The first child called ``want`` (lower case): a dict, so a GPU section of 100,000 lines
+        answers the parser's fifty lookups without reading them fifty times."""
+        if self._index is None or self._index[0] != len(self.children):
+            index: dict[str, Node] = {}
+            for c in self.children:
+                index.setdefault(c.name.lower(), c)
+            self._index = (len(self.children), index)
+        return self._index[1].get(want)
 
     def get(self, *path: str) -> Node | None:
         """The node at a path of labels (any case); a label ending in ``*`` is a prefix."""
@@ -162,7 +196,7 @@ class Node:
             if want.endswith("*"):
                 node = next((c for c in node.children if c.name.lower().startswith(want[:-1])), None)
             else:
-                node = next((c for c in node.children if c.name.lower() == want), None)
+                node = node.child(want)
         return node
 
     def v(self, *path: str) -> str | None:
@@ -185,10 +219,12 @@ class Node:
         return None
 
 
-_KV = re.compile(r"^(?P<key>\S.*?)\s+:(?:\s(?P<value>.*))?$")
-_GPU_HEADER = re.compile(r"^GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
+# "    Product Name                          : NVIDIA H100": the first colon with space before it
+# and space or the end after it (a lookbehind: one step per character, where "(\S.*?)\s+:" went
+# back over every run of spaces)
+_KV_COLON = re.compile(r"(?<=\s):(?=\s|$)")
+_GPU_HEADER = re.compile(r"^GPU\s++([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*+$")
 NVSMI_LOG = "==============NVSMI LOG=============="
-MAX_LINE = 4000  # longer lines are not nvidia-smi output; skipping them keeps the regexes linear
 
 
 def text_tree(text: str) -> Node:
@@ -197,14 +233,19 @@ def text_tree(text: str) -> Node:
     marker = text.find(NVSMI_LOG)
     body = text[marker + len(NVSMI_LOG) :] if marker >= 0 else text
     stack: list[tuple[int, Node]] = [(-1, root)]
-    for raw in body.splitlines():
+    for raw in lines(body):
+        if len(raw) > MAX_LINE:  # before expandtabs: a line of tabs grows eightfold
+            continue
         line = raw.expandtabs(8).rstrip()
         if not line.strip() or len(line) > MAX_LINE:
             continue
         indent = len(line) - len(line.lstrip())
         content = line.strip()
-        m = _KV.match(content)
-        node = Node(m["key"].strip(), (m["value"] or "").strip()) if m else Node(content.rstrip(":").strip(), None)
+        m = _KV_COLON.search(content)
+        if m:
+            node = Node(content[: m.start()].rstrip(), content[m.end() :].strip())
+        else:
+            node = Node(content.rstrip(":").strip(), None)
         while stack[-1][0] >= indent:
             stack.pop()
         stack[-1][1].children.append(node)
@@ -221,6 +262,7 @@ def parse_q_text(text: str, source: str) -> SmiResult:
     for node in root.children:
         m = _GPU_HEADER.match(node.name)
         if m:
+            _gpu_count(index + 1)
             result.gpus.append(_text_gpu(node, m[1], index, source))
             index += 1
     if not result.gpus and result.driver_version is None:
@@ -273,16 +315,61 @@ def _text_gpu(g: Node, bus: str, index: int, source: str) -> GpuState:
 
 
 # -- default table ---------------------------------------------------------------------------
-_TABLE_HEAD = re.compile(r"NVIDIA-SMI\s+(\S+)\s+(?:Driver|KMD) Version:\s*(\S+)\s+CUDA(?: UMD)? Version:\s*(\S+)")
-_ROW1 = re.compile(
-    r"^\|\s*(\d{1,4})\s+(.*?)\s+(On|Off|N/A|WDDM|TCC|MCDM)\s+\|\s*([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])"
-    r"\s+(\S+)\s*\|\s*(.*?)\s*\|"
+_TABLE_HEAD = re.compile(
+    r"NVIDIA-SMI\s++(\S{1,32})\s++(?:Driver|KMD) Version:\s*+(\S{1,32})\s++CUDA(?: UMD)? Version:\s*+(\S{1,32})"
 )
-_ROW2 = re.compile(r"^\|\s*(\S+)\s+(\S+)\s+(\S+)\s+(.*?)\|\s*(.*?)\|\s*(\S+)\s+(.*?)\s*\|")
-_ROW3 = re.compile(r"^\|\s+\|\s+\|\s*(\S+)\s*\|")
+_BUS_CELL = re.compile(r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]")
+_PERSISTENCE = ("On", "Off", "N/A", "WDDM", "TCC", "MCDM")
+
+# A GPU's three table rows, as tuples numbered like a match's groups (index 0 the whole row):
+# the field table (provision.smi, Field.table) names a value by (row, group).
+#   1: |   0  NVIDIA H100 80GB HBM3          On  |   00000000:19:00.0 Off |                    0 |
+#      (index, name, persistence, bus id, display, volatile uncorrectable ECC)
+#   2: | N/A   29C    P0             69W /  700W |       4MiB /  81559MiB |      0%      Default |
+#      (fan, temperature, perf, power, memory, utilisation, compute mode)
+#   3: |                                         |                        |             Disabled |
+#      (MIG mode)
+Row = tuple[str, ...]
 
 
-def _cell(f: Field, row: re.Match[str] | None, group: int) -> Any:
+def _cells(line: str) -> list[str] | None:
+    """The cells of a table line "| a | b | c |" (None for anything else)."""
+    text = line.strip()
+    if len(text) > MAX_LINE or not text.startswith("|") or not text.endswith("|"):
+        return None
+    return [c.strip() for c in text[1:-1].split("|")]
+
+
+def _row1(line: str) -> Row | None:
+    cells = _cells(line)
+    if cells is None or len(cells) < 3:
+        return None
+    left, mid = cells[0].split(), cells[1].split()
+    if len(left) < 3 or not left[0].isdigit() or len(left[0]) > 4 or left[-1] not in _PERSISTENCE:
+        return None
+    if len(mid) != 2 or not _BUS_CELL.fullmatch(mid[0]):
+        return None
+    return (line, left[0], " ".join(left[1:-1]), left[-1], mid[0], mid[1], cells[2])
+
+
+def _row2(line: str) -> Row | None:
+    cells = _cells(line)
+    if cells is None or len(cells) < 3:
+        return None
+    left, right = cells[0].split(maxsplit=3), cells[2].split(maxsplit=1)
+    if len(left) < 3 or not right:
+        return None
+    return (line, *left[:3], left[3] if len(left) > 3 else "", cells[1], right[0], right[1] if len(right) > 1 else "")
+
+
+def _row3(line: str) -> Row | None:
+    cells = _cells(line)
+    if cells is None or len(cells) < 3 or cells[0] or cells[1] or not cells[2] or len(cells[2].split()) != 1:
+        return None
+    return (line, cells[2])
+
+
+def _cell(f: Field, row: Row | None, group: int) -> Any:
     if row is None:
         return None
     return row[group] if f.raw else f.convert(clean(row[group]))
@@ -293,14 +380,22 @@ def parse_table(text: str, source: str) -> SmiResult:
     if not head:
         raise ParseFailure("no 'NVIDIA-SMI ... Driver Version ... CUDA Version' header line")
     result = SmiResult(driver_version=_version(head[2]), cuda_version=_version(head[3]))
-    lines = text.splitlines()
-    for i, line in enumerate(lines):
-        m = _ROW1.match(line.strip()) if len(line) < MAX_LINE else None
+    window: list[str] = []  # the line and the two after it
+    stream = lines(text)
+    trailer: list[str] = []
+    for line in itertools.chain(stream, ("", "")):
+        window.append(line)
+        if len(window) < 3:
+            continue
+        first = window.pop(0)
+        if first.strip() and not first.lstrip().startswith(("|", "+")) and len(trailer) < MAX_MESSAGE_LINES:
+            trailer.append(first.strip()[:MAX_LINE])
+        m = _row1(first)
         if not m:
             continue
-        row2 = _ROW2.match(lines[i + 1].strip()) if i + 1 < len(lines) and len(lines[i + 1]) < MAX_LINE else None
-        row3 = _ROW3.match(lines[i + 2].strip()) if i + 2 < len(lines) and len(lines[i + 2]) < MAX_LINE else None
-        rows = {1: m, 2: row2, 3: row3}
+        _gpu_count(len(result.gpus) + 1)
+        rows = {1: m, 2: _row2(window[0]), 3: _row3(window[1])}
+        row2 = rows[2]
         # The persistence column says WDDM/TCC/MCDM on Windows; a name is kept as printed.
         windows = m[3] in ("WDDM", "TCC", "MCDM")
         result.gpus.append(
@@ -312,13 +407,15 @@ def parse_table(text: str, source: str) -> SmiResult:
                 name=m[2].strip(),
                 persistence=None if windows else flag(m[3]),
                 driver_model=m[3] if windows else None,
-                pstate=row2[3] if row2 and re.fullmatch(r"P\d+", row2[3]) else None,
+                pstate=row2[3] if row2 and _PSTATE.fullmatch(row2[3]) else None,
                 **{f.name: _cell(f, rows[f.table[0]], f.table[1]) for f in STATE_FIELDS if f.table},
             )
         )
-    trailer = [ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith(("|", "+"))]
     result.messages.extend(trailer)
     return result
+
+
+_PSTATE = re.compile(r"P\d{1,2}")
 
 
 # -- --query-gpu CSV -------------------------------------------------------------------------
@@ -327,28 +424,33 @@ _CSV_FIELDS = {q for f in (*LOG_FIELDS, *(g for g in GPU_FIELDS if g.name in _ST
 _CSV_FIELDS |= {alias for alias, name in QUERY_ALIASES.items() if name in _CSV_FIELDS}
 
 
+_CSV_NAME = re.compile(r"[a-z_][A-Za-z0-9_.]{0,127}")
+
+
 def csv_header(line: str) -> list[str] | None:
     """Field names of a ``--format=csv`` header line ("name, pci.bus_id, fan.speed [%]"), or None."""
     if len(line) > MAX_LINE * 4:
         return None
     fields = [f.strip() for f in line.split(",")]
     fields = [f[: f.rfind("[")].rstrip() if f.endswith("]") and "[" in f else f for f in fields]  # "fan.speed [%]"
-    if len(fields) < 2 or not all(re.fullmatch(r"[a-z_][A-Za-z0-9_.]*", f) for f in fields):
+    if len(fields) < 2 or not all(_CSV_NAME.fullmatch(f) for f in fields):
         return None
     known = sum(1 for f in fields if f in _CSV_FIELDS or f.startswith(("clocks_", "ecc.", "temperature.", "memory.")))
     return fields if known else None
 
 
 def parse_csv(text: str, source: str) -> SmiResult:
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    header = csv_header(lines[0]) if lines else None
+    rest = (ln for ln in lines(text) if ln and not ln.isspace())
+    top = next(rest, None)
+    header = csv_header(top) if top is not None else None
     if header is None:
         raise ParseFailure("no --query-gpu header line (was it run with --format=csv,noheader?)")
     result = SmiResult()
     try:
-        rows = list(csv.reader(io.StringIO("\n".join(lines[1:])), skipinitialspace=True))
+        rows = list(itertools.islice(csv.reader(rest, skipinitialspace=True), MAX_GPUS + 1))
     except csv.Error as exc:
         raise ParseFailure(f"unreadable CSV ({exc})") from None
+    _gpu_count(len(rows))
     for index, row in enumerate(rows):
         if len(row) != len(header):
             raise ParseFailure(f"row {index + 2} has {len(row)} values for {len(header)} columns")
@@ -395,20 +497,42 @@ class NvlinkGpu(NamedTuple):
     note: str | None  # "Nvlink queries are not supported for Devices in MIG mode", ...
 
 
-_NVLINK_GPU = re.compile(r"^GPU (\d{1,4}): (.+?) \(UUID: ([^)]+)\)\s*$")
-_NVLINK_LINK = re.compile(r"^\s+Link (\d{1,4}): (.+?)\s*$")
+_NVLINK_GPU = re.compile(r"GPU (\d{1,4}): ")
+_NVLINK_LINK = re.compile(r"^[ \t]++Link (\d{1,4}): (.*)")
+_UUID = " (UUID: "
+
+
+def nvlink_gpu(line: str) -> tuple[int, str, str] | None:
+    """(index, name, uuid) of an ``nvlink -s`` / ``-L`` GPU line "GPU 0: NVIDIA A100 (UUID: GPU-...)";
+    read with str methods: a regex "(.+?) \\(UUID: ([^)]+)\\)" scans the rest of the line from
+    every "(UUID: " in it."""
+    if len(line) > MAX_LINE:
+        return None
+    m = _NVLINK_GPU.match(line)
+    rest = line[m.end() :].rstrip() if m else ""
+    at = rest.rfind(_UUID)
+    if at <= 0 or not rest.endswith(")"):
+        return None
+    uuid = rest[at + len(_UUID) : -1]
+    if not uuid or ")" in uuid:
+        return None
+    return int(m[1]), rest[:at], uuid  # type: ignore[index]
 
 
 def parse_nvlink(text: str) -> list[NvlinkGpu]:
     gpus: list[NvlinkGpu] = []
-    for line in text.splitlines():
-        m = _NVLINK_GPU.match(line)
-        if m:
-            gpus.append(NvlinkGpu(int(m[1]), m[2], m[3], {}, None))
+    for line in lines(text):
+        if not line or len(line) > MAX_LINE:
+            continue
+        gpu = nvlink_gpu(line)
+        if gpu:
+            _gpu_count(len(gpus) + 1)
+            gpus.append(NvlinkGpu(*gpu, {}, None))
             continue
         link = _NVLINK_LINK.match(line)
-        if link and gpus:
-            gpus[-1].links[int(link[1])] = link[2]
+        state = link[2].strip() if link else ""
+        if link and state and gpus:
+            gpus[-1].links[int(link[1])] = state
         elif line.strip() and gpus and not gpus[-1].links:
             gpus[-1] = gpus[-1]._replace(note=line.strip())
     if not gpus:

@@ -7,11 +7,14 @@ including CUDA-vs-driver checks against the compatibility matrix when one is giv
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 from provision.doctor.model import Finding
-from provision.doctor.parse_log import CUDA_FOUND, CUDA_RUNTIME, OOM_DETAIL, TORCH_CUDA, Message
+from provision.doctor.parse_log import CUDA_FOUND, CUDA_RUNTIME, OOM_DETAIL, TORCH_CUDA, Message, search_lines
 from provision.doctor.rules_log import Add, Facts, _cut
+
+# A kernel release as uname -r prints it: it goes into the commands a fix names, so nothing else
+KERNEL_RELEASE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+~-]{0,127}")
 
 RELOAD = (
     "`sudo systemctl stop nvidia-persistenced nvidia-fabricmanager nvidia-dcgm 2>/dev/null; "
@@ -29,20 +32,64 @@ def _grouped(facts: Facts) -> dict[str, list[tuple[str, Message]]]:
 
 def _evidence(hits: list[tuple[str, Message]]) -> str:
     src, first = hits[0]
-    text = f"{_cut(first.line)} [{src}]"
-    if len(hits) > 1:
-        text += f"; {len(hits)} lines in all, last: {_cut(hits[-1][1].line)}"
+    text = f"{_cut(first.line, first.note)} [{src}]"
+    n = sum(m.count for _, m in hits)
+    if n > 1:
+        text += f"; {n} lines in all, last: {_cut(hits[-1][1].line, hits[-1][1].note)}"
     return text
 
 
 def host_rules(facts: Facts, matrix: Any, add: Add) -> None:
     msgs = _grouped(facts)
     _mismatch(facts, msgs, add)
-    _not_loaded(facts, msgs, add)
+    if _no_gpu(facts, msgs, add):  # nothing for a driver to drive: its advice would mislead
+        msgs = {k: v for k, v in msgs.items() if k not in _NO_GPU_SAYS}
+    else:
+        _not_loaded(facts, msgs, add)
+        _exit_code(facts, msgs, add)
     _simple_messages(facts, msgs, add)
     _app_messages(facts, msgs, add)
     _cuda_insufficient(facts, msgs, matrix, add)
-    _exit_code(facts, msgs, add)
+
+
+# What nvidia-smi says on a machine without an NVIDIA GPU (not installed, no driver, no device)
+_NO_GPU_SAYS = frozenset({"nvml-not-found", "driver-not-loaded", "no-devices"})
+_NO_GPU_RC = frozenset({127, 12, 9, 6})
+
+
+def _no_gpu(facts: Facts, msgs: dict[str, list[tuple[str, Message]]], add: Add) -> bool:
+    """No NVIDIA GPU on the PCI bus (the collector's pci-nvidia section, from sysfs) while
+    nvidia-smi could not report one: the machine has none, so "install nvidia-utils" or "load the
+    module" would send the user the wrong way. nvidia-smi reporting GPUs always wins (a container
+    or VM whose sysfs hides them)."""
+    scan = facts.pci
+    if scan is None or scan.scanned == 0 or scan.gpus() or facts.gpus:
+        return False
+    if not (set(msgs) & _NO_GPU_SAYS or facts.smi_rc in _NO_GPU_RC):
+        return False
+    others = ", ".join(f"{bus} (class {cls})" for bus, _, cls in scan.nvidia[:4])
+    evidence = f"/sys/bus/pci/devices: {scan.scanned} PCI devices, " + (
+        f"NVIDIA functions but no GPU among them: {others}" if others else "none with NVIDIA's vendor id 0x10de"
+    )
+    said = [m for hits in (msgs.get(k, []) for k in sorted(_NO_GPU_SAYS)) for m in hits]
+    if said:
+        evidence += f"; {_evidence(said[:1])}"
+    elif facts.smi_rc:
+        evidence += f"; nvidia-smi exit code {facts.smi_rc}"
+    add(
+        Finding(
+            "no-nvidia-gpu",
+            "error",
+            "This machine has no NVIDIA GPU on its PCI bus: there is nothing for an NVIDIA driver to drive",
+            evidence,
+            "Installing nvidia-smi or loading the driver will not help here. If the machine should have GPUs: "
+            "check that they are seated and powered and that the firmware enables their slots (above-4G "
+            "decoding), and in a VM or container that they are passed through (`lspci -nn -d 10de:` on the "
+            "host). To diagnose GPU hosts from this machine: `provision doctor -i INVENTORY`.",
+        ),
+        "host",
+    )
+    return True
 
 
 def _mismatch(facts: Facts, msgs: dict[str, list[tuple[str, Message]]], add: Add) -> None:
@@ -53,11 +100,11 @@ def _mismatch(facts: Facts, msgs: dict[str, list[tuple[str, Message]]], add: Add
     lines: list[str] = []
     if "driver-library-mismatch" in msgs:
         lines.append(_evidence(msgs["driver-library-mismatch"]))
-        lines.extend(f"{m.line} [{src}]" for src, m in msgs.get("nvml-library-version", [])[:1])
+        lines.extend(f"{_cut(m.line, m.note)} [{src}]" for src, m in msgs.get("nvml-library-version", [])[:1])
         if facts.module_version:
             lines.append(f"loaded kernel module {facts.module_version[0]} [{facts.module_version[1]}]")
     for src, e in facts.kernel_events("api-mismatch")[:1]:
-        lines.append(f"{_cut(e.line.raw)} [{src}]")
+        lines.append(f"{_cut(e.line.raw, e.line.note)} [{src}]")
     if not lines and facts.smi_rc == 18:
         lines.append("nvidia-smi exit code 18 (NVML: library and kernel-module versions differ)")
     if not lines and smi and facts.module_version and smi[0] != facts.module_version[0]:
@@ -96,11 +143,16 @@ def _not_loaded(facts: Facts, msgs: dict[str, list[tuple[str, Message]]], add: A
     evidence = [_evidence(said)] if said else []
     if facts.smi_rc is not None and facts.smi_rc != 0:
         evidence.append(f"nvidia-smi exit code {facts.smi_rc}")
-    release = facts.uname or (missing[0][1].detail.rsplit("/", 1)[-1] if missing else None) or "$(uname -r)"
+    named = missing[0][1].detail.rsplit("/", 1)[-1] if missing else None
+    if named is not None and not KERNEL_RELEASE.fullmatch(named):
+        named = None  # a host-written path goes into no command
+    release = facts.uname or named or "$(uname -r)"
     if (loaded is not None and "nouveau" in loaded) or (nouveau and (loaded is None or "nvidia" not in loaded)):
         cause = "the nouveau driver holds the GPU"
         evidence.append(
-            "nouveau is loaded" if loaded and "nouveau" in loaded else f"kernel log: {_cut(nouveau[0][1].line.raw)}"
+            "nouveau is loaded"
+            if loaded and "nouveau" in loaded
+            else f"kernel log: {_cut(nouveau[0][1].line.raw, nouveau[0][1].line.note)}"
         )
         fix = (
             "Blacklist nouveau: `printf 'blacklist nouveau\\noptions nouveau modeset=0\\n' | sudo tee "
@@ -112,7 +164,9 @@ def _not_loaded(facts: Facts, msgs: dict[str, list[tuple[str, Message]]], add: A
         if facts.secure_boot:
             evidence.append("mokutil: SecureBoot enabled")
         if sb_reject:
-            evidence.append(f"kernel log: {_cut(sb_reject[0][1].line.raw)} [{sb_reject[0][0]}]")
+            evidence.append(
+                f"kernel log: {_cut(sb_reject[0][1].line.raw, sb_reject[0][1].line.note)} [{sb_reject[0][0]}]"
+            )
         fix = (
             "Sign the module with an enrolled key: enroll the DKMS key (`sudo mokutil --import "
             "/var/lib/dkms/mok.pub`, reboot, confirm in the MOK manager) or install the distribution's signed "
@@ -121,7 +175,7 @@ def _not_loaded(facts: Facts, msgs: dict[str, list[tuple[str, Message]]], add: A
     elif missing or (loaded is not None and "nvidia" not in loaded):
         cause = f"no nvidia module is built for the running kernel {release}"
         if missing:
-            evidence.append(f"kernel log: {_cut(missing[0][1].line.raw)} [{missing[0][0]}]")
+            evidence.append(f"kernel log: {_cut(missing[0][1].line.raw, missing[0][1].line.note)} [{missing[0][0]}]")
         if loaded is not None:
             evidence.append(f"nvidia is not among the {len(loaded)} loaded modules")
         fix = (
@@ -290,11 +344,10 @@ def _cuda_insufficient(facts: Facts, msgs: dict[str, list[tuple[str, Message]]],
     driver = facts.driver_version()
     needed = next((m.detail for _, m in hits if m.detail), None)
     if needed is None:
-        for text in [m.line for _, m in facts.messages] + facts.app_texts:
-            r = CUDA_RUNTIME.search(text) or TORCH_CUDA.search(text)
-            if r:
-                needed = r[1] if "." in r[1] else f"{r[1][:-1]}.{r[1][-1]}"
-                break
+        texts = [m.line for _, m in facts.messages] + facts.app_texts
+        r = search_lines(CUDA_RUNTIME, texts) or search_lines(TORCH_CUDA, texts)
+        if r:
+            needed = r[1] if "." in r[1] else f"{r[1][:-1]}.{r[1][-1]}"
     driver_cuda = facts.cuda_versions[0][0] if facts.cuda_versions else None
     found = next((CUDA_FOUND.search(m.line) for _, m in hits if CUDA_FOUND.search(m.line)), None)
     if found and not driver_cuda:
@@ -305,15 +358,19 @@ def _cuda_insufficient(facts: Facts, msgs: dict[str, list[tuple[str, Message]]],
         for x in (
             needed and f"the application needs CUDA {needed}",
             driver and f"host driver {driver}",
-            driver_cuda and f"which supports CUDA up to {driver_cuda}",
+            driver_cuda and f"whose native CUDA is {driver_cuda} (nvidia-smi's CUDA Version)",
         )
         if x
     ]
     evidence = _evidence(hits) + (f"; {', '.join(facts_text)}" if facts_text else "")
     fix = (
-        "Upgrade the driver to one that supports the application's CUDA runtime (NVIDIA's CUDA release notes, "
-        "Table 3 lists the minimum driver per CUDA release), or run a build made for an older CUDA (an older "
-        "`nvidia/cuda` base image, a framework wheel for a lower `+cuXYZ`)."
+        "A driver runs applications built for CUDA up to its own CUDA version natively (nvidia-smi's `CUDA "
+        "Version`; NVIDIA's CUDA release notes, Table 3) and, through minor-version compatibility, any other "
+        "release of that CUDA major (without PTX JIT of newer PTX). So the application was built for a newer "
+        "CUDA major than the driver's (check `torch.version.cuda`, the wheel's `+cuXYZ`, the image's "
+        "CUDA_VERSION), or needs PTX JIT or a newer-driver feature, or loads another libcuda (`ldconfig -p | "
+        "grep libcuda`, a cuda-compat package in the image): use a build for the driver's CUDA major, or "
+        "upgrade the driver."
     )
     if matrix is not None:
         fix = _matrix_fix(matrix, needed, driver) or fix
@@ -322,7 +379,7 @@ def _cuda_insufficient(facts: Facts, msgs: dict[str, list[tuple[str, Message]]],
             "cuda-driver-insufficient",
             "error",
             "CUDA driver version is insufficient for the application's CUDA runtime"
-            + (f" (CUDA {needed}, driver {driver})" if needed and driver else ""),
+            + (f" (CUDA {needed}, driver {driver})" if needed and driver else f" (driver {driver})" if driver else ""),
             evidence,
             fix,
         ),
@@ -330,8 +387,49 @@ def _cuda_insufficient(facts: Facts, msgs: dict[str, list[tuple[str, Message]]],
     )
 
 
+# -- CUDA vs driver: the one decision doctor makes about it ---------------------------------------
+def cuda_mode(matrix: Any, driver: Any, cuda: str) -> str | None:
+    """How a driver runs an application built for CUDA ``cuda`` ("12.6"), from the catalogue:
+    ``native`` (the driver meets that release's minimum, CUDA release notes Table 3),
+    ``minor-version`` (the same CUDA major's floor, Table 2 and NVIDIA's CUDA compatibility guide:
+    no PTX JIT of newer PTX, features of the newer toolkit missing), or ``no``; None for a CUDA the
+    catalogue does not hold. ``driver`` is a parsed Version. Doctor asks this function only: issue
+    21's compatibility rule (native / minor-version / forward-compat / no) replaces its body."""
+    from provision.versions import prefix_matches
+
+    releases = [c for c in matrix.cuda if prefix_matches(cuda, c.version)]
+    if not releases:
+        return None
+    first = releases[-1]  # newest first: the last is the oldest release the prefix names
+    if driver >= first.min_driver:
+        return "native"
+    floor = matrix.minor_compat_floor(first.version.release[0])
+    if floor is not None and driver >= floor.min_driver:
+        return "minor-version"
+    return "no"
+
+
+class Reach(NamedTuple):
+    """What a driver runs, read from the catalogue: its newest native CUDA release and the CUDA
+    major it serves through minor-version compatibility (with that major's floor)."""
+
+    native: Any  # CudaRelease or None
+    major: int | None
+    floor: Any  # MinorCompat or None
+    next_major: Any  # CudaRelease: the first release of the next major, or None
+
+
+def driver_reach(matrix: Any, driver: Any) -> Reach:
+    native = next((c for c in matrix.cuda if c.min_driver <= driver), None)
+    major = native.version.release[0] if native is not None else None
+    floor = matrix.minor_compat_floor(major) if major is not None else None
+    later = [c for c in matrix.cuda if major is not None and c.version.release[0] == major + 1]
+    return Reach(native, major, floor, later[-1] if later else None)
+
+
 def _matrix_fix(matrix: Any, needed: str | None, driver: str | None) -> str | None:
-    """The fix sentence with the catalogue's numbers: what the CUDA needs, what the driver gives."""
+    """The fix sentence with the catalogue's facts: the driver's native CUDA (Table 3), the major
+    it serves through minor-version compatibility and that major's floor, and the likely cause."""
     from provision.versions import parse_version, prefix_matches
 
     host = None
@@ -340,41 +438,70 @@ def _matrix_fix(matrix: Any, needed: str | None, driver: str | None) -> str | No
             host = parse_version(driver)
         except ValueError:
             host = None
+    releases = [c for c in matrix.cuda if needed and prefix_matches(needed, c.version)]
     parts: list[str] = []
-    floor = None
-    if needed:
-        releases = [c for c in matrix.cuda if prefix_matches(needed, c.version)]
-        if releases:
-            first = releases[-1]  # newest first: the last one is the minor's first release
-            major = first.version.release[0]
-            floor = next((mc for mc in matrix.minor_compat if mc.cuda_major == major), None)
-            parts.append(f"CUDA {needed} needs driver >= {first.min_driver} ({first.label})")
-            if floor:
-                parts.append(
-                    f"minor-version compatibility runs any CUDA {major}.x on >= {floor.min_driver}, "
-                    "without PTX JIT of newer code"
-                )
     if host is not None:
-        supported = [c for c in matrix.cuda if c.min_driver <= host]
-        if supported:
-            best = supported[0]
-            parts.append(f"driver {driver} supports up to CUDA {best.version} ({best.label})")
+        reach = driver_reach(matrix, host)
+        if reach.native is None:
+            parts.append(f"Driver {driver} is older than the minimum of every catalogued CUDA release")
         else:
-            parts.append(f"driver {driver} is older than the minimum of every catalogued CUDA release")
+            served = (
+                f" and every CUDA {reach.major}.x application through minor-version compatibility (CUDA "
+                f"{reach.major} needs driver >= {reach.floor.min_driver}; no PTX JIT of newer PTX)"
+                if reach.floor is not None and host >= reach.floor.min_driver
+                else ""
+            )
+            parts.append(
+                f"Driver {driver} runs CUDA up to {reach.native.version} natively ({reach.native.label}; CUDA "
+                f"release notes, Table 3){served}"
+            )
+    else:
+        reach = None
+    if releases:
+        first = releases[-1]
+        major = first.version.release[0]
+        floor = matrix.minor_compat_floor(major)
+        parts.append(
+            f"CUDA {needed} needs driver >= {first.min_driver} ({first.label})"
+            + (
+                f", or >= {floor.min_driver} for any CUDA {major}.x through minor-version compatibility"
+                if floor
+                else ""
+            )
+        )
     if not parts:
         return None
-    pick = (
-        f"`provision plan --gpu <id> --cuda {needed}` picks a driver for it"
-        if needed
-        else "`provision plan --gpu <id> --cuda <X.Y>` picks a driver for the CUDA you need"
+    mode = cuda_mode(matrix, host, needed) if host is not None and needed and releases else None
+    pick = f"`provision plan --gpu <id> --cuda {needed}`" if needed else "`provision plan --gpu <id> --cuda <X.Y>`"
+    libcuda = (
+        "it loads another libcuda than the host driver's (`ldconfig -p | grep libcuda`; a cuda-compat package "
+        "in the image works only on data-center GPUs and the branches NVIDIA lists for it)"
     )
-    advice = f"Upgrade the driver ({pick}) or use a build for an older CUDA."
-    if floor and host is not None and host >= floor.min_driver:
+    if mode == "native":
+        advice = f"This driver runs CUDA {needed} natively, so the application does not see it: {libcuda}."
+    elif mode == "minor-version":
         advice = (
-            "This driver should run it under minor-version compatibility, so the application probably needs "
-            "PTX JIT or a newer-driver feature, or loads another libcuda (check `ldconfig -p | grep libcuda`, "
-            "a cuda-compat package in the image). " + advice
+            f"This driver runs CUDA {needed} through minor-version compatibility, so the application needs PTX "
+            f"JIT of code newer than {reach.native.version if reach and reach.native else 'the driver'} or a "
+            f"newer-driver feature, or {libcuda}. Upgrading the driver ({pick} picks one) lifts both limits."
         )
+    elif mode == "no":
+        advice = (
+            f"Upgrade the driver ({pick} picks one) or use a build for CUDA {reach.major}.x."
+            if reach and reach.major
+            else f"Upgrade the driver ({pick} picks one) or use a build for an older CUDA."
+        )
+    elif reach is not None and reach.major is not None and reach.next_major is not None:
+        nxt = reach.next_major
+        advice = (
+            f"So the application was most likely built for CUDA {nxt.version.release[0]} (driver >= "
+            f"{nxt.min_driver}): check what it was built for (`torch.version.cuda`, the wheel's `+cuXYZ`, the "
+            f"image's CUDA_VERSION) and use its CUDA {reach.major}.x build, or upgrade the driver (`provision plan "
+            f"--gpu <id> --cuda {nxt.version.release[0]}.{nxt.version.release[1]}` picks one). If it is a CUDA "
+            f"{reach.major} build, it needs PTX JIT of newer code or a newer-driver feature, or {libcuda}."
+        )
+    else:
+        advice = f"Upgrade the driver ({pick} picks one) or use a build for an older CUDA."
     return "; ".join(parts) + ". " + advice
 
 

@@ -40,7 +40,9 @@ class RefreshError(Exception):
 
 
 def _cell(text: str, joiner: str) -> str | None:
-    text = re.sub(r"\s*<br>\s*", joiner, text.strip())
+    # "a <br> b": split on the tag and strip each piece (a "\\s*<br>\\s*" pattern went back over
+    # every run of spaces from each of its characters)
+    text = joiner.join(piece.strip() for piece in text.strip().split("<br>"))
     text = re.sub(r"\s+", " ", text).strip()
     return text or None
 

