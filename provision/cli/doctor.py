@@ -233,7 +233,6 @@ def findings_table(headers: list[str], rows: list[list[str]], width: int) -> str
     split, so it can be copied. When the columns cannot hold every word of their cells, each
     finding becomes a block of wrapped lines, in which only a word longer than the terminal is
     wider than it (on a line of its own)."""
-    import textwrap
 
     wrap = [i for i, h in enumerate(headers) if h in WRAPPED]
     natural = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
@@ -250,10 +249,7 @@ def findings_table(headers: list[str], rows: list[list[str]], width: int) -> str
     out.append("  ".join("-" * w for w in widths))
     for row in rows:
         cells = [
-            textwrap.wrap(v, w, break_long_words=False, break_on_hyphens=False) or [""]
-            if i in wrap and width > 0
-            else [v]
-            for i, (v, w) in enumerate(zip(row, widths, strict=True))
+            _wrap(v, w) if i in wrap and width > 0 else [v] for i, (v, w) in enumerate(zip(row, widths, strict=True))
         ]
         for n in range(max(len(c) for c in cells)):
             line = "  ".join((c[n] if n < len(c) else "").ljust(w) for c, w in zip(cells, widths, strict=True))
@@ -263,6 +259,23 @@ def findings_table(headers: list[str], rows: list[list[str]], width: int) -> str
 
 def _longest_word(text: str) -> int:
     return max((len(word) for word in text.split()), default=0)
+
+
+_GLUE = "\ue000"  # a space inside a `command` that fits on a line: textwrap does not break there
+_COMMAND = re.compile(r"`[^`\n]{1,400}`")
+_GLUED_WORD = re.compile(r"\S*\ue000\S*")
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    """``text`` wrapped at spaces to ``width``: a word is never split, and a `command` that fits
+    on a line is kept on one, so it can be copied whole."""
+    import textwrap
+
+    glued = _COMMAND.sub(lambda m: m[0].replace(" ", _GLUE), text)
+    # a glued word longer than the line (with the punctuation around the command) is unglued
+    glued = _GLUED_WORD.sub(lambda m: m[0] if len(m[0]) <= width else m[0].replace(_GLUE, " "), glued)
+    lines = textwrap.wrap(glued, width, break_long_words=False, break_on_hyphens=False) or [""]
+    return [line.replace(_GLUE, " ") for line in lines]
 
 
 def _share(natural: list[int], wrap: list[int], room: int) -> list[int] | None:
@@ -293,21 +306,18 @@ def _blocks(headers: list[str], rows: list[list[str]], width: int) -> str:
 
 
 def _wrap_words(text: str, width: int, first: str, rest: str) -> list[str]:
-    """``text`` wrapped to ``width`` at spaces, the first line after ``first``, the others after
-    ``rest``; a word longer than the room is never split: it goes on a line of its own."""
-    import textwrap
-
+    """``text`` wrapped to ``width`` at spaces (``_wrap``), the first line after ``first``, the
+    others after ``rest``; a word longer than the room goes on a line of its own, whole."""
     text = " ".join(text.split())
     room = max(1, width - len(rest))
-    lines = textwrap.wrap(text, room, break_long_words=False, break_on_hyphens=False) or [""]
-    if len(first) + len(lines[0]) > width:
-        head = textwrap.wrap(text, max(1, width - len(first)), break_long_words=False, break_on_hyphens=False)
-        if head and len(first) + len(head[0]) <= width:  # the first line fits after the label
-            tail = text[len(head[0]) :].strip()
-            more = textwrap.wrap(tail, room, break_long_words=False, break_on_hyphens=False) if tail else []
-            return [first + head[0]] + [rest + ln for ln in more]
-        return [first.rstrip()] + [rest + ln for ln in lines]  # the label alone: the first word is too long
-    return [first + lines[0]] + [rest + ln for ln in lines[1:]]
+    lines = _wrap(text, room)
+    if len(first) + len(lines[0]) <= width:
+        return [first + lines[0]] + [rest + ln for ln in lines[1:]]
+    head = _wrap(text, max(1, width - len(first)))
+    if head and len(first) + len(head[0]) <= width:  # the first line fits after the label
+        tail = text[len(head[0]) :].strip()
+        return [first + head[0]] + [rest + ln for ln in (_wrap(tail, room) if tail else [])]
+    return [first.rstrip()] + [rest + ln for ln in lines]  # the label alone: the first word is too long
 
 
 def _emit_single(report, fmt: str) -> int:

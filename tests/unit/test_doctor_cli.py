@@ -441,3 +441,9 @@ def test_at_100_columns_no_command_or_uuid_is_split(cli, monkeypatch, names):
             missing = [w for w in f[field].split() if w not in words]
             assert not missing, (f["id"], field, missing)
     assert any("ECC,PAGE_RETIREMENT" in w for w in words) or any("GPU-" in w for w in words)
+    # a `command` that fits on a line is on one line, whole, so that it can be copied
+    commands = {c for f in doc["findings"] for c in re.findall(r"`[^`]+`", " ".join(f["fix"].split())) if len(c) <= 96}
+    assert commands
+    assert all(any(c in line for line in lines) for c in commands), [
+        c for c in commands if not any(c in line for line in lines)
+    ]
