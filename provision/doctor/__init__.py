@@ -6,10 +6,12 @@
     report.exit_code          # 1 when any finding is an error, else 0
     report.to_dict()          # {"findings": [{id, severity, title, evidence, fix}, ...], "read": [...], ...}
 
-    report = diagnose_texts(split_bundle(collector_output), matrix=matrix)
+    report = diagnose_texts(split_bundle(collector_output, token), matrix=matrix)
 
-The collector (the CLI's part) emits sections delimited by ``===== provision-doctor: <key> =====``
-lines; the keys are ``SECTION_KEYS``. Bad input raises ``provision.errors.InputError`` (exit 2);
+The collector (``collect``) emits sections delimited by ``===== provision-doctor: <key> =====
+<token>`` lines, the token random per run, so that nothing a host prints starts a section; the
+keys are ``SECTION_KEYS``. What doctor reads is bounded (``bounds``: lines, sections, a host's
+output) and every pattern is linear in its input. Bad input raises ``provision.errors.InputError`` (exit 2);
 broken compat/xid.yaml raises ``CompatDataError`` (exit 3). The severity policy is documented
 in ``provision.doctor.rules``.
 """
