@@ -43,7 +43,8 @@ from provision.errors import InputError
 @click.pass_context
 def doctor_cmd(ctx, *, local, inventory, limit, files, app_logs, save_dir, sudo, forks, host_timeout, fmt):
     """Name GPU faults and their fixes from nvidia-smi, the kernel log and error output: Xid
-    errors, driver/library mismatch, a driver that is not loaded, CUDA newer than the driver,
+    errors, driver/library mismatch, a driver that is not loaded, a GPU the driver does not
+    support or cannot initialise, no NVIDIA GPU on the PCI bus, CUDA newer than the driver,
     throttling and temperatures, ECC / retired pages / remapped rows, inactive NVLink, MIG
     changes pending, persistence off, a degraded PCIe link, out-of-memory.
 
@@ -55,6 +56,9 @@ def doctor_cmd(ctx, *, local, inventory, limit, files, app_logs, save_dir, sudo,
     The table wraps the evidence and the fix to the terminal's width (COLUMNS), at spaces only (a
     command, path or UUID is never split), as one block per finding when columns do not fit;
     piped without COLUMNS, each finding stays on one line. --format json carries the same text.
+
+    A host's output is read up to 16 MiB, each command's up to 4 MiB (of a log, its newest), and
+    what was cut is a finding (output-cut).
 
     Exit status: 0 healthy (warnings and notes only), 1 an error finding (or a host that could
     not be read), 2 bad input (a file that cannot be read or is not GPU tool output).
