@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fleet scale of verify, doctor and apply (issue 12, "Fleet scale").
+"""Fleet scale of verify, doctor, inventory scan and apply (issue 12, "Fleet scale"; issue 21 for scan).
 
     python benchmarks/bench_fleet.py [--hosts 8] [--sizes 1,3,8] [--runs 3]
 
@@ -8,6 +8,7 @@ on 127.0.0.1 ports, the fake-GPU repositories on loopback), converges them once 
 `provision apply`, then times (median of --runs):
   * `provision verify -i` over 1, 3 and 8 hosts      goal: the largest size <= 1.5x one host;
   * `provision doctor -i` over 1, 3 and 8 hosts      goal: the largest size <= 1.5x one host;
+  * `provision inventory scan` over 1, 3 and 8 hosts  goal: the largest size <= 2x one host;
   * `provision apply` quick re-run over 1 and 8 hosts  goal: the largest size <= 2x one host.
 The table gives each figure's ratio to one host, the machine's core count and load average.
 Needs root (it starts dockerd when none runs). Exit 1 if a goal is missed. The fleet's containers
@@ -33,7 +34,22 @@ from typing import NamedTuple
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-GOALS = {"verify": 1.5, "doctor": 1.5, "apply": 2.0}  # largest size / one host
+GOALS = {"verify": 1.5, "doctor": 1.5, "scan": 2.0, "apply": 2.0}  # largest size / one host
+# `provision inventory scan`, or, while the inventory group does not list scan yet, the same command
+# (provision/cli/scan.py) run through provision's entry point under a name of its own
+SCAN_SHIM = (
+    "import sys; from provision.cli import COMMANDS, main; "
+    "COMMANDS.setdefault('inventory-scan', 'provision.cli.scan:scan_cmd'); "
+    "sys.exit(main(['inventory-scan', *sys.argv[1:]]))"
+)
+
+
+def scan_command() -> list[str]:
+    from provision.cli.fleet import inventory_group
+
+    if "scan" in inventory_group.commands:
+        return [sys.executable, "-m", "provision", "inventory", "scan"]
+    return [sys.executable, "-c", SCAN_SHIM]
 
 
 def _terminate(signum, _frame):
@@ -104,8 +120,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--hosts", type=int, default=8, help="fleet size (default 8)")
     parser.add_argument("--sizes", default="", help="comma-separated host counts to time (default 1,3,HOSTS)")
     parser.add_argument("--runs", type=int, default=3, help="runs per figure; the median is reported")
-    parser.add_argument("--only", default="verify,doctor,apply", help="what to time (verify,doctor,apply)")
-    parser.add_argument("--forks", type=int, help="pass --forks N to verify and doctor (default: theirs)")
+    parser.add_argument("--only", default="verify,doctor,scan,apply", help="what to time (verify,doctor,scan,apply)")
+    parser.add_argument("--forks", type=int, help="pass --forks N to verify, doctor and scan (default: theirs)")
     parser.add_argument(
         "--hold", action="store_true", help="after converging, print the inventory and wait for Ctrl-C (profiling)"
     )
@@ -120,7 +136,7 @@ def parse_args() -> argparse.Namespace:
         parser.error(f"--sizes must lie within 1..{args.hosts} and include 1")
     args.only = {w.strip() for w in args.only.split(",") if w.strip()}
     if not args.only or args.only - set(GOALS):
-        parser.error("--only takes verify, doctor and apply")
+        parser.error("--only takes verify, doctor, scan and apply")
     return args
 
 
@@ -186,6 +202,8 @@ def measure(args, fenv, fleet, workdir: Path) -> list[tuple[str, int, float, lis
             commands["verify", n] += forks
         if "doctor" in args.only:
             commands["doctor", n] = [*cli, "doctor", "-i", inventory, *limit, "--format", "json", *forks]
+        if "scan" in args.only:
+            commands["scan", n] = [*scan_command(), "-i", inventory, *limit, "--format", "json", *forks]
         if "apply" in args.only and n in (1, args.hosts):
             run_dir = str(workdir / f"apply-{n}")
             commands["apply", n] = [*cli, "apply", "--fleet", fleet_file, "-i", inventory, *limit, "--run-dir", run_dir]
@@ -209,7 +227,7 @@ def report(rows, args) -> int:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     print(
         f"nproc {cores}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} (1, 5, 15 min), "
-        f"verify/doctor --forks {args.forks or 'default'}, {args.runs} run(s) each"
+        f"verify/doctor/scan --forks {args.forks or 'default'}, {args.runs} run(s) each"
     )
     # CPU: the command's own process tree ("controller") and the rest of the machine, which here is
     # the fleet's containers: on a real fleet that work runs on the hosts, side by side; here it

@@ -448,8 +448,9 @@ def test_a_hung_command_is_stopped_with_its_process_group_within_the_deadline(re
     )
     tool(fake_bin, "nvidia-ctk", "echo 'NVIDIA Container Toolkit CLI version 1.17.8'\n")
     started = time.monotonic()
-    doc = local_scan(real_matrix, host_timeout=15)
-    assert time.monotonic() - started < 15 + 3
+    # 20 s: the commands before it get some 5 s of a loaded machine; nvidia-smi the share left, 7 s at most
+    doc = local_scan(real_matrix, host_timeout=20)
+    assert time.monotonic() - started < 20 + 3
     assert doc["reachable"] is True
     assert re.search(r"`nvidia-smi` did not answer within \d+ s \(stopped with its process group\)", doc["error"])
     assert doc["container_toolkit"] == "1.17.8"  # what answered before it is kept
