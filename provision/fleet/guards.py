@@ -139,10 +139,11 @@ def bound_problem(bound: Bound, value: Any) -> str | None:
     return None
 
 
-def variable_problems(variables: Mapping[str, Any], where: str, safety: Safety) -> list[str]:
+def variable_problems(variables: Mapping[str, Any], where: str, safety: Safety, *, booleans: bool = True) -> list[str]:
     """What in ``variables`` (an inventory host's or ``-e``'s) would switch a guard off, move a bound
-    out of its range, run everything at once or name a command for the controller; one line each,
-    ``where`` saying whose variables they are."""
+    out of its range, run everything at once or name a command for the controller, and (``booleans``)
+    any other boolean of the roles Ansible would not read as one; one line each, ``where`` saying
+    whose variables they are."""
     problems = []
     for name in sorted(set(variables) & set(safety.switches)):
         switch, value = safety.switches[name], variables[name]
@@ -157,7 +158,7 @@ def variable_problems(variables: Mapping[str, Any], where: str, safety: Safety) 
                 f"{where} sets {name}: {str(read).lower()}, which turns a guard off ({switch.guard}): "
                 f"only provision apply {switch.flag} may"
             )
-    for name in sorted((set(variables) & safety.booleans) - set(safety.switches)):
+    for name in sorted((set(variables) & safety.booleans) - set(safety.switches) if booleans else ()):
         if ansible_bool(variables[name]) is None:
             problems.append(
                 f"{where} sets {name}: {_shown(variables[name])}, which Ansible does not read as a boolean "

@@ -288,9 +288,11 @@ def connection_problems(hostvars: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def boundary_problems(inventory: Inventory, playbooks: str | None = None) -> list[Problem]:
+def boundary_problems(inventory: Inventory, playbooks: str | None = None, *, booleans: bool = False) -> list[Problem]:
     """Every host name, connection variable and safety switch of the inventory that breaks the
-    boundary (module docstring), one Problem each, hosts in sorted order."""
+    boundary (module docstring), one Problem each, hosts in sorted order; ``booleans``: also every
+    other boolean the roles read that Ansible would not read as one (apply and inventory check;
+    verify reads the ones it uses itself)."""
     from provision.fleet.guards import load_safety, variable_problems
     from provision.hostpool import host_name_problem
 
@@ -302,7 +304,9 @@ def boundary_problems(inventory: Inventory, playbooks: str | None = None) -> lis
         if bad_name:
             out.append(Problem(label, f"the host name {bad_name}", HOST_NAMES))
         out += [Problem(label, text, CONNECTION) for text in connection_problems(hv)]
-        out += [Problem(label, text, SWITCHES) for text in variable_problems(hv, "the inventory", safety)]
+        out += [
+            Problem(label, text, SWITCHES) for text in variable_problems(hv, "the inventory", safety, booleans=booleans)
+        ]
     return out
 
 
@@ -461,7 +465,7 @@ def check_inventory(
     """Every problem that must stop a run before it starts: the boundary's (boundary_problems),
     reserved group names, missing key files, two hosts at one address, and with a fleet file's
     groups, hosts planned by no group or by more than one."""
-    problems = boundary_problems(inventory, playbooks)
+    problems = boundary_problems(inventory, playbooks, booleans=True)
     problems += [
         Problem(None, f"the inventory has a group {group!r}: provision apply sorts hosts into it; rename the group")
         for group in RESERVED_GROUPS

@@ -344,7 +344,6 @@ SWITCH_ATTACKS = [
     ({"provision_allow_disruption": "yes"}, "provision_allow_disruption: true, which turns a guard off"),
     ({"provision_health_gate": "{{ false }}"}, "which Ansible does not read as a boolean"),
     ({"provision_health_gate": "y"}, "provision_health_gate: 'y', which Ansible does not read as a boolean"),
-    ({"nvidia_driver_hold": "maybe"}, "nvidia_driver_hold: 'maybe', which Ansible does not read as a boolean"),
     ({"provision_task_timeout": 0}, "provision_task_timeout is 0: it must be from 30 to 86400 seconds"),
     ({"provision_drain_timeout": 0}, "provision_drain_timeout is 0"),
     ({"nvidia_driver_reboot_timeout": "0"}, "nvidia_driver_reboot_timeout is 0"),
@@ -366,6 +365,18 @@ def test_an_inventory_cannot_turn_a_guard_off(cli, tmp_path, ansible, group_vars
     assert "  FAIL  safety switches: 2 problem(s)" in check.out
     assert check.err.count(says) == 1, "one line for the hosts sharing it"
     assert "error: n1, n2: the inventory" in check.err
+    assert ansible.calls == []
+
+
+def test_apply_refuses_a_role_boolean_ansible_would_not_read(cli, tmp_path, ansible):
+    """Any boolean the roles read (safety.yml's provision_boolean_variables), not only the switches:
+    apply and inventory check refuse what the check play would refuse on every host."""
+    inv = inventory(tmp_path, group_vars={"nvidia_driver_hold": "maybe"})
+    says = "nvidia_driver_hold: 'maybe', which Ansible does not read as a boolean"
+    refused(apply(cli, tmp_path, inv=inv), says)
+    check = cli("inventory", "check", "-i", inv, "--fleet", fleet(tmp_path))
+    assert "  FAIL  safety switches: 2 problem(s)" in check.out
+    assert says in check.err
     assert ansible.calls == []
 
 
