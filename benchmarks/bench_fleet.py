@@ -35,21 +35,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 GOALS = {"verify": 1.5, "doctor": 1.5, "scan": 2.0, "apply": 2.0}  # largest size / one host
-# `provision inventory scan`, or, while the inventory group does not list scan yet, the same command
-# (provision/cli/scan.py) run through provision's entry point under a name of its own
-SCAN_SHIM = (
-    "import sys; from provision.cli import COMMANDS, main; "
-    "COMMANDS.setdefault('inventory-scan', 'provision.cli.scan:scan_cmd'); "
-    "sys.exit(main(['inventory-scan', *sys.argv[1:]]))"
-)
-
-
-def scan_command() -> list[str]:
-    from provision.cli.fleet import inventory_group
-
-    if "scan" in inventory_group.commands:
-        return [sys.executable, "-m", "provision", "inventory", "scan"]
-    return [sys.executable, "-c", SCAN_SHIM]
 
 
 def _terminate(signum, _frame):
@@ -203,7 +188,7 @@ def measure(args, fenv, fleet, workdir: Path) -> list[tuple[str, int, float, lis
         if "doctor" in args.only:
             commands["doctor", n] = [*cli, "doctor", "-i", inventory, *limit, "--format", "json", *forks]
         if "scan" in args.only:
-            commands["scan", n] = [*scan_command(), "-i", inventory, *limit, "--format", "json", *forks]
+            commands["scan", n] = [*cli, "inventory", "scan", "-i", inventory, *limit, "--format", "json", *forks]
         if "apply" in args.only and n in (1, args.hosts):
             run_dir = str(workdir / f"apply-{n}")
             commands["apply", n] = [*cli, "apply", "--fleet", fleet_file, "-i", inventory, *limit, "--run-dir", run_dir]

@@ -3,9 +3,7 @@
 the host has it) and `provision diff` of each scan against its plan finds nothing; drift made
 behind provision's back (another driver answering nvidia-smi, Fabric Manager stopped, a package
 hold lifted) shows in the scan and in the diff; a host with no sshd on its port and a host whose
-nvidia-smi hangs (ignoring SIGTERM) come back as such within the deadline, side by side.
-
-scan_cmd is registered for these tests as `scan-test` (the lead registers it under `inventory`)."""
+nvidia-smi hangs (ignoring SIGTERM) come back as such within the deadline, side by side."""
 
 from __future__ import annotations
 
@@ -17,7 +15,6 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from provision.cli import COMMANDS as CLI_COMMANDS
 from provision.fleet.scan import SCHEMA_FILE, upstream, version_of
 from provision.plan.model import write_plan
 
@@ -26,11 +23,9 @@ HOSTS = ("gpu-a", "gpu-b", "gpu-c")
 
 
 @pytest.fixture
-def scan(cli, monkeypatch):
-    monkeypatch.setitem(CLI_COMMANDS, "scan-test", "provision.cli.scan:scan_cmd")
-
+def scan(cli):
     def run(inventory: Path, out: Path, *args: str) -> tuple[int, dict[str, dict], str]:
-        result = cli("scan-test", "-i", str(inventory), "--out", str(out), "--format", "json", *args)
+        result = cli("inventory", "scan", "-i", str(inventory), "--out", str(out), "--format", "json", *args)
         docs = json.loads(result.out)
         with open(SCHEMA_FILE, encoding="utf-8") as handle:
             schema = json.load(handle)

@@ -18,7 +18,6 @@ import pytest
 import yaml
 from support import ROOT
 
-from provision.cli import COMMANDS as CLI_COMMANDS
 from provision.fleet import scan as scanning
 from provision.fleet.scan import (
     COMMANDS,
@@ -513,10 +512,9 @@ def test_a_host_that_never_answers_comes_back_at_the_deadline(real_matrix):
 
 # -- the command -------------------------------------------------------------------------------
 @pytest.fixture
-def scan_cli(cli, monkeypatch):
-    """`provision scan-test ...`: scan_cmd registered as the lead will register it (under inventory)."""
-    monkeypatch.setitem(CLI_COMMANDS, "scan-test", "provision.cli.scan:scan_cmd")
-    return lambda *args: cli("scan-test", *args)
+def scan_cli(cli):
+    """`provision inventory scan ...`, in process."""
+    return lambda *args: cli("inventory", "scan", *args)
 
 
 def inventory(path: Path, hosts: dict) -> Path:
