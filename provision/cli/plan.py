@@ -122,6 +122,23 @@ def listing_legend(topic: str, headers, rows, records) -> list[str]:
             lines.append("SMs -: the build's compiled GPU architectures are not published")
         if any(r["ptx"] for r in records):
             lines.append("+PTX X.Y: the build also carries PTX for compute capability X.Y, JIT-compiled on newer GPUs")
+    elif topic == "stacks":
+        if any(r["cuda_from"] == "documented" for r in records):
+            lines.append(
+                "CUDA N*: no file of the build declares its CUDA; NVIDIA documents it for the build's flavour "
+                "(TensorRT 10.15 on)"
+            )
+        if any(r["cuda_major"] is None for r in records):
+            lines.append(
+                "CUDA torch's: no CUDA of its own; the package follows the framework build's (DeepSpeed compiles "
+                "its ops with that CUDA's nvcc)"
+            )
+        if any(r["pin"] for r in records):
+            lines.append("version X (Y): the release's own files are incomplete; its post release Y is installed")
+        if any(r["library_index"] for r in records):
+            lines.append(
+                "TensorRT: its -libs sdist downloads the libraries from NVIDIA's index (library_index in --format json)"
+            )
     elif topic == "images":
         from provision.matrix.listing import TOOLKIT_MARK
 
