@@ -490,7 +490,9 @@ def test_an_ini_inventory_reads_the_same_through_verify(cli, tmp_path, plan_lock
     inventory.write_text("[gpus]\ngpu-local ansible_connection=local nvidia_driver_persistenced=maybe\n")
     res = cli("verify", "-i", str(inventory), "--plan", str(plan_lock), "--only", "persistence")
     assert res.code == 2
-    assert "host 'gpu-local': nvidia_driver_persistenced is 'maybe', which Ansible does not read" in res.err
+    # the inventory loader may refuse it first, in its own words; either way host, variable and value are named
+    first = res.err.splitlines()[0]
+    assert all(part in first for part in ("gpu-local", "nvidia_driver_persistenced", "'maybe'", "Ansible")), first
 
 
 @pytest.mark.parametrize(("value", "ok"), [(2, 2), ("4", 4), (0, None), ("two", None), (True, None), (1.5, None)])
