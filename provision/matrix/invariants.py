@@ -329,7 +329,131 @@ def check_invariants(matrix: Matrix, raw: dict[str, Any]) -> list[Problem]:  # n
         if x.gpu is not None and x.gpu not in gpu_ids and matrix.group(x.gpu) is None:
             add("unsupported.yaml", f"unsupported[{i}].gpu", f"unknown GPU {x.gpu!r}", "dangling-id")
     problems.extend(stack_problems(matrix))
+    problems.extend(platform_problems(matrix))
     return problems
+
+
+# -- platforms.yaml ---------------------------------------------------------------------------------
+_FACT_PRESENT = {
+    "gpus": lambda p: bool(p.gpus) or p.gpu_count is not None,
+    "interconnect": lambda p: p.interconnect is not None,
+    "fabric_manager": lambda p: False,  # follows from the interconnect: its sources are optional
+    "topology": lambda p: bool(p.topology) or any(v.topology for v in p.variants),
+    "pcie": lambda p: p.pcie_generation is not None or any(v.pcie_generation is not None for v in p.variants),
+    "psus": lambda p: p.psu_count is not None,
+    "inlet_c": lambda p: p.inlet_min_c is not None,
+    "dmi": lambda p: bool(p.dmi_vendor or p.dmi_product or p.dmi_family),
+    "dmi_unverified": lambda p: bool(p.dmi_unverified),
+}
+_SUBFIELDS = {  # left_out "fact.sub": is that part present?
+    ("dmi", "vendor"): lambda p: bool(p.dmi_vendor),
+    ("dmi", "product"): lambda p: bool(p.dmi_product),
+    ("dmi", "family"): lambda p: bool(p.dmi_family),
+    ("psus", "redundancy"): lambda p: p.psu_redundancy is not None,
+}
+
+
+def platform_problems(matrix: Matrix) -> list[Problem]:
+    """platforms.yaml: what its schema cannot say. Ids and aliases unique; every GPU a catalogued
+    GPU whose form factor the platform takes, and every form factor one a listed GPU has; the
+    NVSwitch generation the GPU's own where both give one, and NVSwitch facts only on an NVSwitch
+    interconnect; variants name the platform's GPUs, each at most once; every fact cites its
+    sources (evidence) and they are the row's; a doubt names a fact the row has; a fact left out is
+    absent."""
+    problems: list[Problem] = []
+
+    def add(path: str, text: str, kind: str) -> None:
+        problems.append(Problem("platforms.yaml", path, text, kind))
+
+    gpus = {g.id: g for g in matrix.gpus}
+    seen: dict[str, str] = {}
+    for i, p in enumerate(matrix.platforms):
+        at = f"platforms[{i}]({p.id})"
+        for name in (p.id, *p.aliases):
+            if name in seen:
+                add(at, f"id or alias {name!r} also used by {seen[name]}", "duplicate")
+            seen[name] = p.id
+        listed = [gpus[g] for g in p.gpus if g in gpus]
+        for g in p.gpus:
+            if g not in gpus:
+                add(f"{at}.gpus.ids", f"unknown GPU {g!r} (gpus.yaml gpus, not a group)", "dangling-id")
+            elif gpus[g].form_factor not in p.form_factors:
+                add(
+                    f"{at}.gpus.form_factor",
+                    f"{g} is a {gpus[g].form_factor} GPU; the platform takes {'/'.join(p.form_factors)}",
+                    "coverage",
+                )
+        unused = [f for f in p.form_factors if listed and f not in {g.form_factor for g in listed}]
+        if unused:
+            add(f"{at}.gpus.form_factor", f"{'/'.join(unused)}: no listed GPU has it", "coverage")
+        if p.strict and not p.gpus:
+            add(f"{at}.gpus.ids", f"a {p.kind} takes only the GPUs it lists: it lists none", "coverage")
+        nvswitch = p.interconnect == "nvswitch"
+        if not nvswitch and (
+            p.nvswitch_generation
+            or p.nvswitch_count
+            or any(v.nvswitch_generation or v.nvswitch_count for v in p.variants)
+        ):
+            add(f"{at}.interconnect", f"NVSwitch facts on a {p.interconnect or 'unknown'} interconnect", "coverage")
+        in_variants: dict[str, int] = {}
+        for vi, v in enumerate(p.variants):
+            for g in v.gpus:
+                if g not in p.gpus:
+                    add(f"{at}.variants[{vi}].gpus", f"{g} is not one of the platform's GPUs", "dangling-id")
+                if g in in_variants:
+                    add(f"{at}.variants[{vi}].gpus", f"{g} is also in variants[{in_variants[g]}]", "duplicate")
+                in_variants[g] = vi
+            extra = [s for s in v.sources if s not in p.sources]
+            if extra:
+                add(f"{at}.variants[{vi}].sources", f"{', '.join(extra)} not in the row's sources", "source")
+        for g in listed:
+            link = p.link(g)
+            if link.nvswitch_generation is not None and g.nvswitch_generation not in (None, link.nvswitch_generation):
+                add(
+                    f"{at}.interconnect.nvswitch_generation",
+                    f"generation {link.nvswitch_generation} for {g.id}, whose gpus.yaml nvswitch_generation is "
+                    f"{g.nvswitch_generation}",
+                    "range",
+                )
+            if nvswitch and link.nvswitch_generation is None:
+                add(f"{at}.interconnect", f"an NVSwitch interconnect without a generation for {g.id}", "coverage")
+        if p.inlet_min_c is not None and p.inlet_max_c is not None and p.inlet_min_c >= p.inlet_max_c:
+            add(f"{at}.inlet_c", f"min {p.inlet_min_c} is not below max {p.inlet_max_c}", "range")
+        problems.extend(_platform_evidence(p, at))
+    return problems
+
+
+def _platform_evidence(p: Any, at: str) -> list[Problem]:
+    out: list[Problem] = []
+    evidence = dict(p.evidence)
+    definitional = ("gpus", "interconnect") if p.kind == "generic" else ()
+    for fact, present in _FACT_PRESENT.items():
+        if fact == "gpus" and p.gpu_count is None and not p.gpus:
+            continue
+        in_row = present(p._replace(variants=()))  # a variant's facts cite the variant's sources
+        if in_row and fact not in evidence and fact not in definitional:
+            out.append(Problem("platforms.yaml", f"{at}.evidence", f"{fact} cites no source", "source"))
+        if fact in evidence and fact != "fabric_manager" and not present(p):
+            out.append(
+                Problem("platforms.yaml", f"{at}.evidence.{fact}", f"cites sources for an absent {fact}", "source")
+            )
+    cited = {s for sources in evidence.values() for s in sources} | {s for v in p.variants for s in v.sources}
+    for s in sorted(cited - set(p.sources)):
+        out.append(Problem("platforms.yaml", f"{at}.sources", f"{s} is cited in evidence but not in sources", "source"))
+    for s in sorted(set(p.sources) - cited):
+        out.append(Problem("platforms.yaml", f"{at}.sources", f"{s} backs no fact (evidence, variants)", "source"))
+    for di, doubt in enumerate(p.doubts):
+        for fact in doubt.fields:
+            if fact != "fabric_manager" and not _FACT_PRESENT[fact](p):
+                out.append(Problem("platforms.yaml", f"{at}.doubts[{di}]", f"doubts an absent {fact}", "coverage"))
+    for key, _ in p.left_out:
+        fact, _, sub = key.partition(".")
+        present = _SUBFIELDS.get((fact, sub)) if sub else _FACT_PRESENT.get(fact)
+        if present is not None and present(p):
+            out.append(
+                Problem("platforms.yaml", f"{at}.left_out.{key}", f"left out, but the row gives {key}", "coverage")
+            )
+    return out
 
 
 # -- stacks.yaml ------------------------------------------------------------------------------------

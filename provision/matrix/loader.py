@@ -29,6 +29,7 @@ FILES = (
     "mig",
     "unsupported",
     "stacks",
+    "platforms",
 )
 
 
@@ -439,6 +440,61 @@ _STACK_PACKAGE = _record(
 )
 
 
+def _topology(item: Item, key: str, file: str, at: str) -> tuple[str, ...]:
+    """``topology: {gpu_pairs: [...]}`` as the relations; () where the row has none."""
+    return tuple((item.get("topology") or {}).get("gpu_pairs") or ())
+
+
+def _dmi(block: str, field: str) -> Convert:
+    return lambda item, _key, _file, _at: tuple((item.get(block) or {}).get(field) or ())
+
+
+def _pairs_of_lists(item: Item, key: str, file: str, at: str) -> tuple[tuple[str, Any], ...]:
+    """A mapping the row may leave out, as (key, value) pairs in file order (lists as tuples)."""
+    return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in (item.get(key) or {}).items())
+
+
+_PLATFORM_VARIANT = _record(
+    m.PlatformVariant,
+    gpus=_tuple,
+    nvswitch_generation=_optional,
+    nvswitch_count=_optional,
+    topology=_topology,
+    pcie_generation=_in_nullable("pcie", "generation", block_optional=True),
+    pcie_width=_in_nullable("pcie", "width", block_optional=True),
+    sources=_tuple,
+)
+_PLATFORM_DOUBT = _record(m.PlatformDoubt, fields=_tuple)
+_PLATFORM = _record(
+    m.Platform,
+    aliases=_tuple,
+    gpus=lambda item, _key, _file, _at: tuple(item["gpus"]["ids"]),
+    gpu_count=_in_nullable("gpus", "count"),
+    gpu_count_is=_in_nullable("gpus", "count_is"),
+    form_factors=lambda item, _key, _file, _at: tuple(item["gpus"]["form_factor"]),
+    interconnect=_in_nullable("interconnect", "kind", block_optional=True),
+    interconnect_optional=lambda item, _key, _file, _at: bool((item.get("interconnect") or {}).get("optional")),
+    nvswitch_generation=_in_nullable("interconnect", "nvswitch_generation", block_optional=True),
+    nvswitch_count=_in_nullable("interconnect", "nvswitch_count", block_optional=True),
+    variants=_rows_in_optional(_PLATFORM_VARIANT),
+    topology=_topology,
+    pcie_generation=_in_nullable("pcie", "generation", block_optional=True),
+    pcie_width=_in_nullable("pcie", "width", block_optional=True),
+    psu_count=_in_nullable("psus", "count", block_optional=True),
+    psu_redundancy=_in_nullable("psus", "redundancy", block_optional=True),
+    inlet_min_c=_in_nullable("inlet_c", "min", block_optional=True),
+    inlet_max_c=_in_nullable("inlet_c", "max", block_optional=True),
+    dmi_vendor=_dmi("dmi", "vendor"),
+    dmi_product=_dmi("dmi", "product"),
+    dmi_family=_dmi("dmi", "family"),
+    dmi_unverified=lambda item, _key, file, at: _pairs_of_lists(item, "dmi_unverified", file, at),
+    evidence=_pairs_of_lists,
+    doubts=_rows_in_optional(_PLATFORM_DOUBT),
+    left_out=_pairs_of_lists,
+    sources=_tuple,
+)
+
+
 def _toolkit_release(doc: Item) -> Record:
     """container_toolkit.yaml names its packages and repository revision once, for every release."""
     return _record(m.ToolkitRelease, version=_version, packages=_file_wide(doc, tuple), revision=_file_wide(doc))
@@ -487,6 +543,7 @@ def build(raw: dict[str, Any], *, stacks: m.LazyStacks | None = None) -> m.Matri
         if raw["drivers"].get("subnet_manager")
         else None,
         stacks=stacks if stacks is not None else build_stacks(raw["stacks"]),
+        platforms=rows("platforms", "platforms", _PLATFORM),
     )
 
 

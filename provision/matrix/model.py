@@ -196,7 +196,11 @@ class SubnetManager(NamedTuple):
     sources: tuple[str, ...]
 
     def needed_by(self, gpu: "Gpu") -> bool:
-        return gpu.nvswitch_generation is not None and gpu.nvswitch_generation >= self.nvswitch_generation
+        return self.needed_at(gpu.nvswitch_generation)
+
+    def needed_at(self, nvswitch_generation: int | None) -> bool:
+        """A baseboard whose NVSwitch is of this generation needs it (None: no NVSwitch)."""
+        return nvswitch_generation is not None and nvswitch_generation >= self.nvswitch_generation
 
 
 class CudaRelease(NamedTuple):
@@ -659,6 +663,123 @@ class LazyStacks:
         return (tuple, (self._get(),))
 
 
+# -- platforms (compat/platforms.yaml): the server or GPU baseboard around the GPUs ---------------
+PLATFORM_FACTS = (
+    "gpus",
+    "interconnect",
+    "fabric_manager",
+    "topology",
+    "pcie",
+    "psus",
+    "inlet_c",
+    "dmi",
+    "dmi_unverified",
+)
+PLATFORM_STRICT = ("system", "baseboard")  # kinds that take only the GPUs they list
+
+
+class PlatformVariant(NamedTuple):
+    """Facts of a platform that differ with the GPUs it carries (XE9680: HGX A100 or HGX H100/H200)."""
+
+    gpus: tuple[str, ...]
+    nvswitch_generation: int | None
+    nvswitch_count: int | None
+    topology: tuple[str, ...]  # nvidia-smi topo -m relations accepted between every GPU pair; (): not sourced
+    pcie_generation: int | None
+    pcie_width: int | None
+    sources: tuple[str, ...]
+
+
+class PlatformDoubt(NamedTuple):
+    fields: tuple[str, ...]  # PLATFORM_FACTS it concerns
+    text: str
+
+
+class PlatformLink(NamedTuple):
+    """What a platform gives one GPU it carries: its variant's facts over the platform's own."""
+
+    nvswitch: bool  # the GPUs sit on an NVSwitch baseboard: Fabric Manager
+    nvswitch_generation: int | None
+    nvswitch_count: int | None
+    topology: tuple[str, ...]
+    pcie_generation: int | None
+    pcie_width: int | None
+
+
+class Platform(NamedTuple):
+    """A server or GPU baseboard: the GPUs it takes, how they are connected, what the host reports."""
+
+    id: str
+    name: str
+    aliases: tuple[str, ...]
+    kind: str  # system | baseboard | oem-server | generic
+    gpus: tuple[str, ...]  # catalogue GPU ids a source shows in it (a system or baseboard takes only these)
+    gpu_count: int | None
+    gpu_count_is: str | None  # exact | up-to
+    form_factors: tuple[str, ...]  # gpus.yaml form factors it takes
+    interconnect: str | None  # nvswitch | nvlink | nvlink-bridge | none; None: no source gives it
+    interconnect_optional: bool  # a host may have none of it (NVLink bridges)
+    nvswitch_generation: int | None
+    nvswitch_count: int | None
+    variants: tuple[PlatformVariant, ...]
+    topology: tuple[str, ...]
+    pcie_generation: int | None
+    pcie_width: int | None
+    psu_count: int | None
+    psu_redundancy: str | None  # "4+2", as the vendor writes it
+    inlet_min_c: float | None
+    inlet_max_c: float | None
+    dmi_vendor: tuple[str, ...]  # substrings of sys_vendor / product_name / product_family
+    dmi_product: tuple[str, ...]
+    dmi_family: tuple[str, ...]
+    dmi_unverified: tuple[tuple[str, tuple[str, ...]], ...]  # (field, substrings) no capture of the model shows
+    evidence: tuple[tuple[str, tuple[str, ...]], ...]  # (fact, its sources)
+    doubts: tuple[PlatformDoubt, ...]
+    left_out: tuple[tuple[str, str], ...]  # (fact, why no source gives it)
+    sources: tuple[str, ...]
+
+    @property
+    def strict(self) -> bool:
+        """A system or baseboard takes only the GPUs it lists; a server, any GPU of its form factors."""
+        return self.kind in PLATFORM_STRICT
+
+    def takes(self, gpu: "Gpu") -> bool:
+        return gpu.id in self.gpus if self.strict else gpu.form_factor in self.form_factors
+
+    def variant(self, gpu_id: str) -> PlatformVariant | None:
+        return next((v for v in self.variants if gpu_id in v.gpus), None)
+
+    def link(self, gpu: "Gpu") -> PlatformLink:
+        """The interconnect, topology and PCIe link the platform gives ``gpu``. Without an
+        interconnect in the catalogue, NVSwitch is the GPU's own (gpus.yaml nvswitch)."""
+        var = self.variant(gpu.id)
+        nvswitch = gpu.nvswitch if self.interconnect is None else self.interconnect == "nvswitch"
+        generation = count = None
+        if nvswitch:
+            generation = next(
+                (g for g in (var and var.nvswitch_generation, self.nvswitch_generation, gpu.nvswitch_generation) if g),
+                None,
+            )
+            count = (var and var.nvswitch_count) or self.nvswitch_count
+        pcie = (var.pcie_generation, var.pcie_width) if var and var.pcie_generation else None
+        return PlatformLink(
+            nvswitch,
+            generation,
+            count,
+            (var.topology if var and var.topology else self.topology),
+            *(pcie or (self.pcie_generation, self.pcie_width)),
+        )
+
+    def sources_of(self, fact: str) -> tuple[str, ...]:
+        return dict(self.evidence).get(fact, ())
+
+    @property
+    def unconfirmed(self) -> tuple[str, ...]:
+        """The facts a doubt names (a secondary source, an inference, another machine's capture)."""
+        named = {f for d in self.doubts for f in d.fields}
+        return tuple(f for f in PLATFORM_FACTS if f in named)
+
+
 class Matrix(NamedTuple):
     as_of: dt.date
     sources: dict[str, Source]
@@ -683,6 +804,7 @@ class Matrix(NamedTuple):
     forward_compat: tuple[ForwardCompat, ...] = ()  # cuda.yaml forward_compatibility
     # stacks.yaml: the inference and training stack packages (a LazyStacks from the validated-data cache)
     stacks: tuple[StackPackage, ...] | LazyStacks = ()
+    platforms: tuple[Platform, ...] = ()  # platforms.yaml: servers and GPU baseboards
 
     # -- lookups ------------------------------------------------------------------------
     def os(self, ident: str) -> OsRelease:
@@ -719,6 +841,17 @@ class Matrix(NamedTuple):
 
     def group(self, ident: str) -> GpuGroup | None:
         return next((g for g in self.gpu_groups if g.id == ident), None)
+
+    def platform(self, ident: str) -> Platform:
+        """A platform by its id or an alias (did-you-mean over the listed ids)."""
+        for platform in self.platforms:
+            if ident == platform.id or ident in platform.aliases:
+                return platform
+        names = {name: p.id for p in self.platforms for name in (p.id, *p.aliases)}
+        raise _unknown("platform", ident, names, "provision matrix platforms")
+
+    def platform_ids(self) -> list[str]:
+        return [p.id for p in self.platforms]
 
     def architecture(self, ident: str) -> Architecture:
         for arch in self.architectures:
