@@ -16,10 +16,18 @@ def violations(matrix: Matrix, plan: Plan) -> list[str]:  # noqa: PLR0915 - one 
     out: list[str] = []
     req = plan.request
     os_rel = matrix.os(req.os)
-    _, gpus = matrix.gpu_members(req.gpu)
+    platform = matrix.platform(req.platform) if req.platform is not None else None
+    if req.gpu is None:
+        # the platform implies the GPU: its one model, or the catalogued group of exactly its models
+        gpus = tuple(matrix.gpu(m) for m in plan.gpu.members)
+        if platform is None or set(plan.gpu.members) != set(platform.gpus):
+            out.append(f"GPUs {list(plan.gpu.members)} planned without --gpu are not the platform's")
+    else:
+        _, gpus = matrix.gpu_members(req.gpu)
     gpu = gpus[0]
     arch = matrix.architecture(gpu.architecture)
     cc = gpu.compute_capability
+    out += _platform_rules(matrix, plan, platform, gpus)
 
     # MIG: every planned instance at an allowed start of its profile, none overlapping
     if plan.mig is not None:
@@ -150,12 +158,61 @@ def violations(matrix: Matrix, plan: Plan) -> list[str]:  # noqa: PLR0915 - one 
     return out + _host_rules(matrix, plan, gpu)
 
 
+def _platform_rules(matrix: Matrix, plan: Plan, platform, gpus) -> list[str]:
+    """A platform takes the plan's GPUs (a system or baseboard: the ones it lists; a server: any of
+    its form factors), and the plan records it as the server."""
+    out = []
+    if platform is None:
+        if plan.server is not None:
+            out.append("a server recorded for a request without a platform")
+        return out
+    for g in gpus:
+        listed = g.id in platform.gpus
+        if platform.kind in ("system", "baseboard") and not listed:
+            out.append(f"{platform.id} ({platform.kind}) does not list {g.id}")
+        if g.form_factor not in platform.form_factors:
+            out.append(f"{platform.id} takes {platform.form_factors}, not {g.id}'s {g.form_factor}")
+    server = plan.server
+    if server is None:
+        return [*out, f"no server recorded for platform {platform.id}"]
+    if (server.id, server.gpu_count, server.interconnect) != (platform.id, platform.gpu_count, platform.interconnect):
+        out.append(f"server {server.id} does not record {platform.id}'s GPU count and interconnect")
+    if tuple(server.dmi_vendor) != platform.dmi_vendor or tuple(server.dmi_product) != platform.dmi_product:
+        out.append(f"server {server.id} does not record {platform.id}'s DMI strings")
+    return out
+
+
+def _nvswitch_host(plan: Plan, platform, gpu) -> bool:
+    """The planned host's GPUs sit on an NVSwitch baseboard: the platform's interconnect says so
+    where it has one, else the GPU's own row."""
+    if platform is not None and platform.interconnect is not None:
+        return platform.interconnect == "nvswitch"
+    return gpu.nvswitch
+
+
 def _host_rules(matrix: Matrix, plan: Plan, gpu) -> list[str]:
     """What every plan's host part obeys, with or without an image part."""
     out = []
+    req = plan.request
+    platform = matrix.platform(req.platform) if req.platform is not None else None
+    nvswitch = _nvswitch_host(plan, platform, gpu)
     # fabric manager exactly on NVSwitch systems, at the driver's version
-    if gpu.nvswitch != (plan.fabric_manager is not None):
+    if nvswitch != (plan.fabric_manager is not None):
         out.append("fabric manager planned for a GPU without NVSwitch, or missing on one with it")
+    if plan.gpu.nvswitch != nvswitch:
+        out.append(
+            f"gpu.nvswitch {plan.gpu.nvswitch}, but the host's GPUs {'do' if nvswitch else 'do not'} sit on NVSwitch"
+        )
+    # the NVLink Subnet Manager only beside Fabric Manager, from the generation drivers.yaml names
+    sm = matrix.subnet_manager
+    if plan.subnet_manager is not None:
+        generation = None
+        if platform is not None and nvswitch:
+            variant = next((v for v in platform.variants if gpu.id in v.gpus), None)
+            generation = (variant and variant.nvswitch_generation) or platform.nvswitch_generation
+        generation = generation or (gpu.nvswitch_generation if nvswitch else None)
+        if not nvswitch or sm is None or generation is None or generation < sm.nvswitch_generation:
+            out.append(f"NVLink Subnet Manager planned for an NVSwitch generation {generation} host")
     if plan.fabric_manager is not None and plan.fabric_manager.version != plan.driver.version:
         out.append("fabric manager version differs from the driver")
     if plan.container_toolkit.version != str(matrix.toolkit[0].version):

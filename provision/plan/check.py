@@ -1,4 +1,5 @@
-"""`provision matrix check`: the invariants, then every catalogued request resolved."""
+"""`provision matrix check`: the invariants, then every catalogued request resolved (each
+(OS, platform) pair with every GPU the platform lists, and with none where it implies one)."""
 
 from __future__ import annotations
 
@@ -73,5 +74,9 @@ def check(matrix: Matrix, raw: dict[str, Any] | None = None) -> CheckResult:
                 run("os+gpu+cuda", PlanRequest(os_rel.id, gpu, cuda=line))
             for fw, ver in fw_releases:
                 run("os+gpu+framework", PlanRequest(os_rel.id, gpu, framework=f"{fw}=={ver}"))
+    for os_rel in matrix.os_releases:
+        for platform in matrix.platforms:
+            for gpu in (*platform.gpus, None):  # None: the GPU the platform implies (or its refusal)
+                run("os+platform", PlanRequest(os_rel.id, gpu, platform=platform.id))
     result.seconds = time.perf_counter() - start
     return result

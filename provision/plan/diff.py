@@ -1,7 +1,8 @@
 """What changes between two plans, or between what a host runs (a scan) and its plan, in the terms
-an operator acts on: a driver branch change, a release within the branch, a kernel-module flavour
-switch (each needs a reboot), Fabric Manager and NVLink Subnet Manager, the Container Toolkit, the
-MIG layout (a GPU reset), and the image part (image OS, CUDA, cuDNN, framework, base image).
+an operator acts on: the server (--platform), a driver branch change, a release within the branch, a
+kernel-module flavour switch (each needs a reboot), Fabric Manager and NVLink Subnet Manager, the
+Container Toolkit, the MIG layout (a GPU reset), and the image part (image OS, CUDA, cuDNN, framework,
+base image).
 
 ``provision diff OLD NEW`` prints them (exit 0 when there are none, 1 when there are, as diff
 does); ``provision plan --lock FILE`` prints them before it overwrites a different lock.
@@ -35,6 +36,7 @@ class State(NamedTuple):
     container_toolkit: str | None
     mig: str | None
     image: dict[str, str | None] | None  # image part; None: none (host-only plan) or not known (scan)
+    server: str | None = None  # the platform a plan is for (--platform); None: none, or a scan
 
 
 class Change(NamedTuple):
@@ -113,6 +115,7 @@ def plan_state(plan: Plan, name: str = "plan") -> State:
         plan.container_toolkit.version,
         mig,
         image,
+        plan.server.id if plan.server is not None else None,
     )
 
 
@@ -155,6 +158,15 @@ def changes(old: State, new: State) -> list[Change]:
         out.append(Change("os", old.os, new.os, "another operating system: a reinstall, not a rollout"))
     if old.gpu and new.gpu and old.gpu != new.gpu and (old.kind == new.kind == "plan"):
         out.append(Change("gpu", old.gpu, new.gpu, "planned for another GPU"))
+    if old.server != new.server and old.kind == new.kind == "plan":
+        out.append(
+            Change(
+                "server",
+                shown(old.server),
+                shown(new.server),
+                "planned for another server: the GPU count, interconnect and links verify expects",
+            )
+        )
     if old.driver_version != new.driver_version:
         if old.driver_version is None or new.driver_version is None:
             note = "driver installed" if old.driver_version is None else "driver removed"

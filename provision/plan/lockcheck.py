@@ -5,8 +5,10 @@ can recompute it over an edited lock). So a lock is also held to what the resolv
 written: the rules between its fields, always (``check_consistency``, from ``Plan.from_dict``), and,
 where a command has the catalogue at hand (apply, inventory check, verify, render, build, ci), every
 field a role or a template reads against the catalogue's rows (``check_against_catalogue``): the OS
-facts; the GPU; the driver release, which must be a release of its branch in the OS's repository,
-its packages at that version; Fabric Manager and the Subnet Manager; the Container Toolkit; and the
+facts; the GPU; the server (a platform's row as it carries the GPU, and a GPU it takes); the driver
+release, which must be a release of its branch in the OS's repository, its packages at that version;
+Fabric Manager and the Subnet Manager (from the server's interconnect where the lock has a server,
+else from the GPU's row); the Container Toolkit; and the
 image part: a catalogued CUDA release run in the mode provision.matrix.runs_on gives the driver, the
 image OS and every image a published nvidia/cuda tag of that release, the cuDNN, the framework build
 (package, index, extra, requirement) and NVIDIA_REQUIRE_CUDA as the catalogue has them. Each refusal
@@ -38,7 +40,8 @@ def _refuse(origin: str, field: str, text: str, hint: str = _HINT) -> InputError
 def check_consistency(plan: Plan, origin: str = "plan") -> None:
     """The rules between a lock's fields, which need no catalogue: the host architecture fixes the
     repository directory and the image platform; Fabric Manager and the Subnet Manager go with an
-    NVSwitch baseboard, at the driver's version."""
+    NVSwitch baseboard, at the driver's version; a server (--platform) goes with its request, and its
+    interconnect is what gpu.nvswitch and Fabric Manager say."""
     arch = plan.os.arch
     if plan.os.repo_arch != REPO_ARCHES[arch]:
         raise _refuse(
@@ -62,6 +65,7 @@ def check_consistency(plan: Plan, origin: str = "plan") -> None:
         raise _refuse(
             origin, "subnet_manager", "planned for a GPU without NVSwitch (it runs beside Fabric Manager only)"
         )
+    _check_server(plan, origin)
     if fm is not None:
         for i, pkg in enumerate(fm.packages):
             if pkg.version != plan.driver.version:
@@ -79,6 +83,36 @@ def check_consistency(plan: Plan, origin: str = "plan") -> None:
             )
 
 
+def _check_server(plan: Plan, origin: str) -> None:
+    """A server goes with a platform request, and says what gpu.nvswitch and Fabric Manager say."""
+    server = plan.server
+    if (server is None) != (plan.request.platform is None):
+        field, text = (
+            ("server", "absent, but the request names a platform")
+            if server is None
+            else ("request.platform", "absent, but the plan records a server")
+        )
+        raise _refuse(origin, field, text)
+    if server is None:
+        if plan.request.gpu is None:
+            raise _refuse(origin, "request.gpu", "null without a platform to imply the GPU")
+        return
+    if server.fabric_manager != plan.gpu.nvswitch:
+        raise _refuse(
+            origin,
+            "server.fabric_manager",
+            f"{server.fabric_manager} contradicts gpu.nvswitch {plan.gpu.nvswitch}: the server's interconnect decides both",
+        )
+    if server.interconnect is not None and server.fabric_manager != (server.interconnect == "nvswitch"):
+        raise _refuse(
+            origin,
+            "server.fabric_manager",
+            f"{server.fabric_manager} on a {server.interconnect} interconnect: Fabric Manager serves NVSwitch systems only",
+        )
+    if not server.fabric_manager and (server.nvswitch_generation is not None or server.nvswitch_count is not None):
+        raise _refuse(origin, "server.nvswitch_generation", "NVSwitch facts on a server without NVSwitch")
+
+
 def check_against_catalogue(plan: Plan, matrix: m.Matrix, origin: str = "plan") -> None:
     """Every OS fact, package, module and service of the lock that the roles act on, against the
     catalogue's rows for the lock's OS, GPU and driver branch (InputError on the first difference)."""
@@ -88,10 +122,12 @@ def check_against_catalogue(plan: Plan, matrix: m.Matrix, origin: str = "plan") 
     rows = _Rows(origin, hint)
     os_rel = rows.os(plan, matrix)
     gpus = rows.gpus(plan, matrix)
+    link = rows.server(plan, matrix, gpus)
     rows.release(plan, matrix, os_rel)
     packaging = rows.driver(plan, matrix, os_rel, gpus)
+    generation = link.nvswitch_generation if link is not None else gpus[0].nvswitch_generation
     rows.managers(
-        plan, matrix, packaging, gpus[0], f"for R{plan.driver.branch} {plan.driver.kernel_module} on {os_rel.id}"
+        plan, matrix, packaging, generation, f"for R{plan.driver.branch} {plan.driver.kernel_module} on {os_rel.id}"
     )
     toolkit = next((t for t in matrix.toolkit if str(t.version) == plan.container_toolkit.version), None)
     if toolkit is None:
@@ -164,11 +200,51 @@ class _Rows:
             raise self.refuse("gpu.id", f"{plan.gpu.id!r} is not a catalogued GPU") from None
         self.differs("gpu.compute_capability", plan.gpu.compute_capability, gpus[0].compute_capability, where)
         self.differs("gpu.architecture", plan.gpu.architecture, gpus[0].architecture, where)
-        self.differs("gpu.nvswitch", plan.gpu.nvswitch, gpus[0].nvswitch, where)
+        if plan.server is None:  # with a server, its interconnect decides (server())
+            self.differs("gpu.nvswitch", plan.gpu.nvswitch, gpus[0].nvswitch, where)
         self.differs(
             "gpu.pci_device_ids", plan.gpu.pci_device_ids, sorted({p for g in gpus for p in g.pci_device_ids}), where
         )
         return gpus
+
+    def server(self, plan: Plan, matrix: m.Matrix, gpus: list[m.Gpu]) -> m.PlatformLink | None:
+        """The server: a catalogued platform (the one the request names), taking the lock's GPUs,
+        every field as its row gives it for that GPU; gpu.nvswitch its interconnect's."""
+        from provision.plan.resolve import gpu_ident, platform_refusal, server_part
+
+        server = plan.server
+        if server is None:
+            return None
+        try:
+            platform = matrix.platform(server.id)
+        except UnknownId:
+            raise self.refuse("server.id", f"{server.id!r} is not a catalogued platform") from None
+        if platform.id != server.id:
+            raise self.refuse("server.id", f"{server.id!r} is an alias: the plan records the id {platform.id!r}")
+        try:
+            asked = matrix.platform(plan.request.platform)
+        except UnknownId:
+            raise self.refuse("request.platform", f"{plan.request.platform!r} is not a catalogued platform") from None
+        if asked.id != platform.id:
+            raise self.refuse(
+                "request.platform", f"{plan.request.platform!r} is {asked.id}, not the server {server.id}"
+            )
+        refusal = platform_refusal(matrix, platform, tuple(gpus))
+        if refusal is not None:
+            raise self.refuse("gpu.members", refusal[0])
+        if plan.request.gpu is None:
+            try:
+                implied = gpu_ident(matrix, plan.request, platform)
+            except InputError as exc:
+                raise self.refuse("request.gpu", f"null, but {exc.message}") from None
+            if matrix.gpu_members(implied)[0] != plan.gpu.id:
+                raise self.refuse("gpu.id", f"{plan.gpu.id!r}, but {platform.id} implies {implied!r}")
+        want = server_part(platform, gpus[0])
+        for field in type(want)._fields:
+            self.differs(f"server.{field}", getattr(server, field), getattr(want, field), f"for {platform.id}")
+        link = platform.link(gpus[0])
+        self.differs("gpu.nvswitch", plan.gpu.nvswitch, link.nvswitch, f"for {plan.gpu.id} on {platform.id}")
+        return link
 
     def release(self, plan: Plan, matrix: m.Matrix, os_rel: m.OsRelease) -> None:
         """The driver release is one of its branch's, in the OS's repository; its packages at it."""
@@ -303,14 +379,17 @@ class _Rows:
         )
         return packaging
 
-    def managers(self, plan: Plan, matrix: m.Matrix, packaging: m.DriverPackaging, first: m.Gpu, row: str) -> None:
-        """Fabric Manager's packages, and the Subnet Manager's packages, modules and service."""
+    def managers(
+        self, plan: Plan, matrix: m.Matrix, packaging: m.DriverPackaging, generation: int | None, row: str
+    ) -> None:
+        """Fabric Manager's packages, and the Subnet Manager's packages, modules and service
+        (``generation``: the NVSwitch generation of the lock's GPU on its server, else its row's)."""
         branch = int(plan.driver.branch)
         if plan.fabric_manager is not None:
             fm_names = [n.format(branch=branch) for n in packaging.fabric_manager]
             self.differs("fabric_manager.packages", [p.name for p in plan.fabric_manager.packages], fm_names, row)
         sm, got = matrix.subnet_manager, plan.subnet_manager
-        wanted = sm is not None and sm.needed_by(first) and packaging.subnet_manager is not None
+        wanted = sm is not None and sm.needed_at(generation) and packaging.subnet_manager is not None
         if got is None or not wanted:
             if (got is None) == wanted:
                 what = "a Subnet Manager" if wanted else "no Subnet Manager"

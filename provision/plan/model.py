@@ -28,7 +28,7 @@ SCHEMA_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "schema",
 
 class PlanRequest(NamedTuple):
     os: str
-    gpu: str
+    gpu: str | None  # None only with a platform that implies it (its one GPU model, or a group of them)
     driver: str | None = None  # "535" (a branch) or "535.183.06" (a release)
     cuda: str | None = None  # "12.4" or "12.4.1"
     cudnn: str | None = None  # "9", "9.1" or "9.1.0.70"
@@ -37,6 +37,7 @@ class PlanRequest(NamedTuple):
     mig: str | None = None  # MIG layout "3g.40gb,2g.20gb,2x1g.10gb" (provision mig plan checks it)
     image_os: str | None = None  # the images' OS (nvidia/cuda suffix or a host OS id); None: the host OS's own
     host_only: bool = False  # no image part: driver, modules, Fabric Manager, toolkit only
+    platform: str | None = None  # the server or baseboard (compat/platforms.yaml id or alias)
 
 
 class Reason(NamedTuple):
@@ -143,6 +144,29 @@ class PlanSubnetManager(NamedTuple):
     kernel_modules: tuple[str, ...]  # loaded at boot (ib_umad: its management transport)
 
 
+class PlanServer(NamedTuple):
+    """The server or baseboard a plan is for (compat/platforms.yaml), as it carries the plan's GPU:
+    what verify holds a host to. None / () where the catalogue has no source for a fact."""
+
+    id: str
+    name: str
+    kind: str  # system | baseboard | oem-server | generic
+    gpu_count: int | None
+    gpu_count_is: str | None  # exact | up-to (a host may hold fewer)
+    form_factors: tuple[str, ...]
+    interconnect: str | None  # nvswitch | nvlink | nvlink-bridge | none; None: not catalogued
+    interconnect_optional: bool  # a host may have none of it (NVLink bridges)
+    nvswitch_generation: int | None
+    nvswitch_count: int | None
+    fabric_manager: bool  # the interconnect needs Fabric Manager (an NVSwitch baseboard)
+    topology: tuple[str, ...]  # nvidia-smi topo -m relations accepted between every GPU pair
+    pcie_generation: int | None
+    pcie_width: int | None
+    dmi_vendor: tuple[str, ...]  # substrings of sys_vendor / product_name (captured on the model)
+    dmi_product: tuple[str, ...]
+    unconfirmed: tuple[str, ...]  # facts a doubt names (gpus, interconnect, topology, pcie, dmi ...)
+
+
 class PlanToolkit(NamedTuple):
     version: str
     packages: tuple[Package, ...]
@@ -165,7 +189,7 @@ class PlanMig(NamedTuple):
     cgi: str  # nvidia-smi mig -cgi argument: <profile id>:<start>,...
 
 
-HOST_PART = ("os", "gpu", "driver", "fabric_manager", "subnet_manager", "container_toolkit", "mig")
+HOST_PART = ("os", "gpu", "server", "driver", "fabric_manager", "subnet_manager", "container_toolkit", "mig")
 IMAGE_PART = (
     "image_os",
     "cuda",
@@ -206,6 +230,7 @@ class Plan(NamedTuple):
     # NVIDIA_REQUIRE_CUDA of the plan's images: provision.matrix.runs_on's rule in the Container
     # Toolkit's grammar (schema 2); None in a host-only plan and in schema 1 plans (nvidia_require_cuda)
     require_cuda: str | None = None
+    server: PlanServer | None = None  # --platform: the server around the GPUs (None: not given)
     schema: int = SCHEMA_VERSION
 
     @property
@@ -280,6 +305,7 @@ class Plan(NamedTuple):
             body["request"].pop("image_os", None)
         if not body["request"].get("host_only"):
             body["request"].pop("host_only", None)
+        # the platform (request.platform, server): _dump leaves them out unless used (_ABSENT_WHEN_NONE)
         # a schema 1 plan records no image_os (it reads as the host OS's own images)
         if self.schema == 1:
             body.pop("image_os", None)
@@ -444,9 +470,19 @@ def _is_record(obj: Any) -> bool:
     return isinstance(obj, tuple) and hasattr(obj, "_fields")
 
 
+# Fields added after schema 2 shipped, written only when used: a lock without them is the document
+# (and digest) it always was, and a provision that predates them still reads it.
+_ABSENT_WHEN_NONE: dict[type, frozenset[str]] = {PlanRequest: frozenset({"platform"}), Plan: frozenset({"server"})}
+
+
 def _dump(obj: Any) -> Any:
     if _is_record(obj):
-        return {name: _dump(value) for name, value in zip(obj._fields, obj, strict=True)}
+        absent = _ABSENT_WHEN_NONE.get(type(obj), frozenset())
+        return {
+            name: _dump(value)
+            for name, value in zip(obj._fields, obj, strict=True)
+            if value is not None or name not in absent
+        }
     if isinstance(obj, (list, tuple)):
         return [_dump(x) for x in obj]
     if isinstance(obj, dict):

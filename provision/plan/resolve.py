@@ -24,8 +24,16 @@ Order of preference, first consistent stack wins:
    catalogued matrices on either side for a release without one).
 7. Fabric Manager exactly when the GPU sits on an NVSwitch baseboard, at the driver's version;
    the NVLink Subnet Manager beside it from the NVSwitch generation drivers.yaml names (HGX B200:
-   fourth), with driver branches below its floor eliminated.
+   fourth), with driver branches below its floor eliminated. With a platform (``--platform``,
+   compat/platforms.yaml) the platform's interconnect decides both, not the GPU's form factor: an
+   HGX A100 or H100 4-GPU board connects its SXM GPUs by NVLink without NVSwitch, so no Fabric
+   Manager. Without a platform, the GPU's own row (gpus.yaml nvswitch) decides.
 8. Container Toolkit: the newest catalogued release.
+
+A platform also gives the GPU when ``--gpu`` is left out (its one GPU model, or the catalogued
+group of its models), and refuses a GPU it does not take: a system or baseboard takes the GPUs it
+lists, a server any GPU of its form factors (``--platform r750xa --gpu a100-sxm4-80gb``: the
+R750xa takes PCIe cards). The plan records the server (``Plan.server``) for verify.
 
 A refusal lists every candidate tried with the reason it was eliminated, and the pin changes
 that would resolve.
@@ -52,6 +60,7 @@ from provision.plan.model import (
     PlanModuleOption,
     PlanOs,
     PlanRequest,
+    PlanServer,
     PlanSubnetManager,
     PlanToolkit,
     Reason,
@@ -92,12 +101,14 @@ class Context:
         "host",
         "img_os",
         "kinds",
+        "link",
         "matrix",
         "memo",
         "min_driver",
         "nvswitch",
         "os",
         "pins",
+        "platform",
         "repo_arch",
         "request",
         "rule_of",
@@ -123,6 +134,8 @@ class Context:
         host: str = m.DEFAULT_ARCH,
         gpu_modules: tuple[str, ...] | None = None,
         memo: dict | None = None,
+        platform: m.Platform | None = None,
+        link: m.PlatformLink | None = None,
     ) -> None:
         self.matrix, self.request, self.os, self.pins = matrix, request, os, pins
         self.memo = memo  # resolve()'s memo: what the catalogue gives the same inputs, worked out once
@@ -133,6 +146,8 @@ class Context:
         # repository's directory for it (x86_64, sbsa); GPU-level kernel-module limits (GH200: open)
         self.host, self.repo_arch = host, os.repo_arch(host) or host
         self.gpu_modules = gpu_modules
+        # the platform asked for (--platform) and what it gives the GPU (interconnect, topology, PCIe)
+        self.platform, self.link = platform, link
         # the OS of the plan's images (nvidia/cuda tag suffix): --image-os, else the host OS's own
         self.img_os = image_os_of(matrix, os, request.image_os)
         self.eliminated: list[tuple[str, str]] = []
@@ -232,7 +247,7 @@ def _mig(matrix: m.Matrix, request: PlanRequest):
     from provision.mig.parted import cgi_args
     from provision.plan.model import PlanMig, PlanMigInstance
 
-    gpu_id, profile_set, members = migplan.gpu_profile_set(matrix, request.gpu)
+    gpu_id, profile_set, members = migplan.gpu_profile_set(matrix, gpu_ident(matrix, request))
     placed = migplan.plan_layout(
         profile_set,
         request.mig,
@@ -263,7 +278,7 @@ def context(matrix: m.Matrix, request: PlanRequest, memo: dict | None = None) ->
     if memo is None:
         facts = _facts(matrix, request)  # first: its refusals come before a bad pin's
         return Context(matrix=matrix, request=request, pins=parse_pins(matrix, request), **facts)
-    key = ("facts", request.os, request.gpu, request.policy)
+    key = ("facts", request.os, request.gpu, request.policy, request.platform)
     facts = memo.get(key)
     if facts is None:
         facts = memo[key] = _facts(matrix, request)
@@ -275,21 +290,26 @@ def context(matrix: m.Matrix, request: PlanRequest, memo: dict | None = None) ->
 
 
 def _facts(matrix: m.Matrix, request: PlanRequest) -> dict:
-    """What Context takes from the request's OS, GPU and policy (every refusal of those three)."""
+    """What Context takes from the request's OS, GPU, platform and policy (every refusal of those)."""
     os_rel = matrix.os(request.os)
-    gpu_id, gpus = matrix.gpu_members(request.gpu)
+    platform = matrix.platform(request.platform) if request.platform is not None else None
+    gpu_id, gpus = matrix.gpu_members(gpu_ident(matrix, request, platform))
     first = gpus[0]
-    differs = [
-        what
-        for what, attr in (
-            ("architecture", "architecture"),
-            ("compute capability", "compute_capability"),
-            ("Fabric Manager (NVSwitch)", "nvswitch"),
-            ("NVSwitch generation", "nvswitch_generation"),
-            ("host architecture", "host_arches"),
-        )
-        if len({getattr(g, attr) for g in gpus}) > 1
-    ]
+    if platform is not None:
+        refusal = platform_refusal(matrix, platform, gpus)
+        if refusal is not None:
+            raise InputError(refusal[0], hint=refusal[1])
+    links = {g.id: platform.link(g) for g in gpus} if platform is not None else {}
+    getters = (
+        ("architecture", lambda g: g.architecture),
+        ("compute capability", lambda g: g.compute_capability),
+        ("Fabric Manager (NVSwitch)", lambda g: links[g.id].nvswitch if links else g.nvswitch),
+        ("NVSwitch generation", lambda g: links[g.id].nvswitch_generation if links else g.nvswitch_generation),
+        ("host architecture", lambda g: g.host_arches),
+    )
+    differs = [what for what, get in getters if len({get(g) for g in gpus}) > 1]
+    if links and len(set(links.values())) > 1 and not differs:
+        differs.append(f"what {platform.name} gives them (topology, PCIe link)")
     if "Fabric Manager (NVSwitch)" in differs and "NVSwitch generation" in differs:
         differs.remove("NVSwitch generation")  # one fact: some members have no NVSwitch at all
     if differs:
@@ -314,6 +334,8 @@ def _facts(matrix: m.Matrix, request: PlanRequest) -> dict:
     limits = [g.kernel_modules for g in gpus if g.kernel_modules is not None]
     mins = [g.min_driver for g in gpus if g.min_driver is not None]
     group = matrix.group(gpu_id)
+    link = links.get(first.id)
+    generation = link.nvswitch_generation if link is not None else first.nvswitch_generation
     return {
         "os": os_rel,
         "gpu_id": gpu_id,
@@ -321,12 +343,164 @@ def _facts(matrix: m.Matrix, request: PlanRequest) -> dict:
         "gpus": gpus,
         "arch": matrix.architecture(first.architecture),
         "cc": first.compute_capability,
-        "nvswitch": first.nvswitch,
+        "nvswitch": link.nvswitch if link is not None else first.nvswitch,
         "min_driver": max(mins) if mins else None,
-        "subnet_manager": sm if (sm := matrix.subnet_manager) is not None and sm.needed_by(first) else None,
+        "subnet_manager": sm if (sm := matrix.subnet_manager) is not None and sm.needed_at(generation) else None,
         "host": host,
         "gpu_modules": tuple(k for k in limits[0] if all(k in lim for lim in limits)) if limits else None,
+        "platform": platform,
+        "link": link,
     }
+
+
+# -- platforms -----------------------------------------------------------------------------------
+_FORM_FACTORS = {  # gpus.yaml form factor -> (one, many)
+    "pcie": ("a PCIe card", "PCIe cards"),
+    "sxm": ("an SXM module", "SXM modules"),
+    "sxm2": ("an SXM2 module", "SXM2 modules"),
+    "sxm4": ("an SXM4 module", "SXM4 modules"),
+    "sxm5": ("an SXM5 module", "SXM5 modules"),
+    "superchip": ("a superchip", "superchips"),
+}
+
+
+def _form_factor(form: str, *, many: bool = False) -> str:
+    return _FORM_FACTORS.get(form, (f"a {form} GPU", f"{form} GPUs"))[many]
+
+
+def _platform_takes_text(platform: m.Platform, *, many: bool = True) -> str:
+    """``SXM4 modules or SXM5 modules``; ``many=False``: ``PCIe card`` (for "any PCIe card")."""
+    if many:
+        return " or ".join(_form_factor(f, many=True) for f in platform.form_factors)
+    return " or ".join(_form_factor(f).split(" ", 1)[1] for f in platform.form_factors)
+
+
+def _platform_hint(matrix: m.Matrix, platform: m.Platform, lead: str = "") -> str:
+    """The GPUs a platform takes, as --gpu options (a server: those a source shows in it, and that
+    any of its form factors fits; a generic server: the catalogue's GPUs of its form factors)."""
+    if platform.gpus:
+        options = " or ".join(f"--gpu {g}" for g in platform.gpus)
+        if platform.strict:
+            return f"{lead}the GPUs {platform.id} takes: {options}"
+        return f"{lead}GPUs a source shows in {platform.id}: {options} (it takes any {_platform_takes_text(platform, many=False)})"
+    fitting = [g.id for g in matrix.gpus if g.form_factor in platform.form_factors]
+    shown = ", ".join(fitting[:6]) + (
+        f", … ({len(fitting) - 6} more: provision matrix gpus)" if len(fitting) > 6 else ""
+    )
+    return f"{lead}{platform.id} takes any catalogued {_platform_takes_text(platform, many=False)}: --gpu {shown}"
+
+
+def gpu_ident(matrix: m.Matrix, request: PlanRequest, platform: m.Platform | None = None) -> str:
+    """The GPU a request names, or the one its platform implies: the platform's one GPU model, or
+    the catalogued group of exactly its models."""
+    if request.gpu is not None:
+        return request.gpu
+    if platform is None and request.platform is not None:
+        platform = matrix.platform(request.platform)
+    if platform is None:
+        raise InputError(
+            "no GPU given", hint="name one with --gpu (provision matrix gpus), or a server with --platform"
+        )
+    if len(platform.gpus) == 1:
+        return platform.gpus[0]
+    group = next((g for g in matrix.gpu_groups if platform.gpus and set(g.members) == set(platform.gpus)), None)
+    if group is not None:
+        return group.id
+    what = f"{len(platform.gpus)} GPU models" if platform.gpus else f"any {_platform_takes_text(platform, many=False)}"
+    raise InputError(
+        f"platform {platform.id} ({platform.name}) takes {what}: --gpu must say which",
+        hint=_platform_hint(matrix, platform),
+    )
+
+
+def platform_refusal(matrix: m.Matrix, platform: m.Platform, gpus: tuple[m.Gpu, ...]) -> tuple[str, str] | None:
+    """(message, hint) when the platform does not take one of ``gpus``; None when it takes them all.
+    A system or baseboard takes only the GPUs it lists; a server, any GPU of its form factors."""
+    for gpu in gpus:
+        if platform.takes(gpu):
+            continue
+        if gpu.form_factor not in platform.form_factors:
+            why = f"{gpu.id} is {_form_factor(gpu.form_factor)}"
+        else:
+            why = f"no source puts {gpu.id} in it (a {platform.kind} takes only the GPUs it lists)"
+        return (
+            f"platform {platform.id} ({platform.name}) takes {_platform_takes_text(platform)}; {why}",
+            _platform_hint(matrix, platform),
+        )
+    return None
+
+
+_KINDS = {
+    "system": "an NVIDIA DGX system",
+    "baseboard": "an NVIDIA HGX baseboard, built into OEM servers",
+    "oem-server": "an OEM server",
+    "generic": "any PCIe GPU server",
+}
+
+
+def _interconnect_text(platform: m.Platform, link: m.PlatformLink) -> str:
+    kind = platform.interconnect
+    if link.nvswitch:
+        count = f"{link.nvswitch_count} " if link.nvswitch_count else ""
+        return f"an NVSwitch baseboard ({count}NVSwitches, generation {link.nvswitch_generation})"
+    if kind == "nvlink":
+        return "NVLink between the GPUs on the board, no NVSwitch"
+    if kind == "nvlink-bridge":
+        return "NVLink bridges between GPU pairs" + (" (optional)" if platform.interconnect_optional else "")
+    if kind == "none":
+        return "PCIe only, no NVLink"
+    return "an interconnect the catalogue has no source for"
+
+
+def _interconnect_source(platform: m.Platform, gpu: m.Gpu) -> str | None:
+    """The source of what the platform's interconnect gives ``gpu``: its variant's, else the row's."""
+    variant = platform.variant(gpu.id)
+    found = (variant.sources if variant else ()) or platform.sources_of("interconnect")
+    return (found or platform.sources_of("fabric_manager") or (None,))[0]
+
+
+def server_part(platform: m.Platform, gpu: m.Gpu) -> PlanServer:
+    """The plan's server: the platform as it carries ``gpu`` (a variant's facts over its own)."""
+    link = platform.link(gpu)
+    return PlanServer(
+        platform.id,
+        platform.name,
+        platform.kind,
+        platform.gpu_count,
+        platform.gpu_count_is,
+        platform.form_factors,
+        platform.interconnect,
+        platform.interconnect_optional,
+        link.nvswitch_generation,
+        link.nvswitch_count,
+        link.nvswitch,
+        link.topology,
+        link.pcie_generation,
+        link.pcie_width,
+        platform.dmi_vendor,
+        platform.dmi_product,
+        platform.unconfirmed,
+    )
+
+
+def _server_reason(ctx: "Context") -> Reason:
+    platform, link = ctx.platform, ctx.link
+    count = ""
+    if platform.gpu_count is not None:
+        count = f"{'up to ' if platform.gpu_count_is == 'up-to' else ''}{platform.gpu_count} x "
+    parts = [
+        f"{count}{ctx.gpu_id} ({ctx.gpus[0].form_factor})",
+        _interconnect_text(platform, link),
+    ]
+    if link.topology:
+        parts.append(f"nvidia-smi topo -m {'/'.join(link.topology)} between GPU pairs")
+    if link.pcie_generation is not None:
+        parts.append(f"PCIe Gen{link.pcie_generation} x{link.pcie_width}")
+    if platform.unconfirmed:
+        parts.append(f"unconfirmed: {', '.join(platform.unconfirmed)} (compat/platforms.yaml doubts)")
+    variant = platform.variant(ctx.gpus[0].id)
+    source = ((variant.sources if variant else ()) or platform.sources_of("gpus") or platform.sources)[0]
+    return Reason("server", f"{platform.name} ({_KINDS[platform.kind]}): {'; '.join(parts)}", source)
 
 
 def _os_arch_refusal(matrix: m.Matrix, os_rel: m.OsRelease, gpu_id: str, host: str) -> NoCompatibleStack:
@@ -1017,11 +1191,15 @@ def _build_plan(ctx: Context, cand: Candidate, link: CudaLink, cudnn: CudnnChoic
     the framework build) are built once, keyed by all they read."""
     drv, build = cand.drv, cand.build
     request = ctx.request
-    plan_os, plan_gpu, os_why, gpu_why = _kept(ctx, ("host-part", ctx.os.id, ctx.gpu_id), _host_part, ctx)
+    platform_id = ctx.platform.id if ctx.platform is not None else None
+    plan_os, plan_gpu, server, os_why, gpu_why, server_why = _kept(
+        ctx, ("host-part", ctx.os.id, ctx.gpu_id, platform_id), _host_part, ctx
+    )
     driver_key = (
         "driver-part",
         ctx.os.id,
         ctx.gpu_id,
+        platform_id,
         request.driver,
         request.policy,
         drv.branch.branch,
@@ -1059,11 +1237,12 @@ def _build_plan(ctx: Context, cand: Candidate, link: CudaLink, cudnn: CudnnChoic
         images=dict(images),
         driver_floor=driver_floor,
         platform=m.PLATFORMS[ctx.host],
-        reasons=(os_why, gpu_why, *reasons),
+        reasons=(os_why, gpu_why, *server_why, *reasons),
         data=_kept(ctx, ("plan-data",), _plan_data, ctx.matrix),
         subnet_manager=subnet_manager,
         image_os=ctx.img_os,
         require_cuda=_kept(ctx, ("require-cuda", cand.cuda.version, build, ctx.host), _require, ctx, cand),
+        server=server,
     )
 
 
@@ -1084,7 +1263,10 @@ def _require(ctx: Context, cand: Candidate) -> str:
 def _host_plan(ctx: Context, drv: DriverChoice) -> Plan:
     """A --host-only plan: the host part of the policy's (or the pin's) first driver candidate,
     with no image part; nothing about an image can refuse it."""
-    plan_os, plan_gpu, os_why, gpu_why = _kept(ctx, ("host-part", ctx.os.id, ctx.gpu_id), _host_part, ctx)
+    platform_id = ctx.platform.id if ctx.platform is not None else None
+    plan_os, plan_gpu, server, os_why, gpu_why, server_why = _kept(
+        ctx, ("host-part", ctx.os.id, ctx.gpu_id, platform_id), _host_part, ctx
+    )
     driver, driver_reasons, fabric, subnet_manager, hardware_reasons = _driver_parts(ctx, drv)
     toolkit, toolkit_why = _kept(ctx, ("toolkit-part",), _toolkit_part, ctx.matrix)
     none = Reason(
@@ -1107,15 +1289,17 @@ def _host_plan(ctx: Context, drv: DriverChoice) -> Plan:
         images={},
         driver_floor=None,
         platform=m.PLATFORMS[ctx.host],
-        reasons=(os_why, gpu_why, *driver_reasons, none, *hardware_reasons, toolkit_why),
+        reasons=(os_why, gpu_why, *server_why, *driver_reasons, none, *hardware_reasons, toolkit_why),
         data=_kept(ctx, ("plan-data",), _plan_data, ctx.matrix),
         subnet_manager=subnet_manager,
         image_os=None,
+        server=server,
     )
 
 
-def _host_part(ctx: Context) -> tuple[PlanOs, PlanGpu, Reason, Reason]:
-    """The plan's OS and GPU, and their reasons: what the request's OS and GPU alone decide."""
+def _host_part(ctx: Context) -> tuple:
+    """The plan's OS, GPU and server, and their reasons (the server's: () without a platform):
+    what the request's OS, GPU and platform alone decide."""
     os_rel = ctx.os
     plan_os = PlanOs(
         os_rel.id,
@@ -1140,11 +1324,14 @@ def _host_part(ctx: Context) -> tuple[PlanOs, PlanGpu, Reason, Reason]:
         all(g.mig is not None for g in ctx.gpus),
         tuple(sorted({p for g in ctx.gpus for p in g.pci_device_ids})),
     )
+    server = server_part(ctx.platform, ctx.gpus[0]) if ctx.platform is not None else None
     return (
         plan_os,
         plan_gpu,
+        server,
         Reason("os", _os_text(ctx), os_rel.sources[0]),
         Reason("gpu", _gpu_text(ctx), ctx.gpus[0].sources[0]),
+        (_server_reason(ctx),) if ctx.platform is not None else (),
     )
 
 
@@ -1350,23 +1537,36 @@ def _framework_part(ctx: Context, cand: Candidate) -> tuple[PlanFramework, Reaso
 def _fabric_part(
     ctx: Context, driver: PlanDriver, packaging: m.DriverPackaging, reasons: list[Reason]
 ) -> PlanFabricManager | None:
+    platform = ctx.platform
     if not ctx.nvswitch:
-        reasons.append(Reason("fabric-manager", f"none: {ctx.gpu_id} has no NVSwitch", None))
+        if platform is not None and platform.interconnect is not None:
+            why = (
+                f"none: {platform.name} has {_interconnect_text(platform, ctx.link)}; Fabric Manager serves "
+                "NVSwitch systems only (without one it exits NV_WARN_NOTHING_TO_DO and its unit fails)"
+            )
+            reasons.append(Reason("fabric-manager", why, _interconnect_source(platform, ctx.gpus[0])))
+        else:
+            reasons.append(Reason("fabric-manager", f"none: {ctx.gpu_id} has no NVSwitch", None))
         return None
     fm_names = [n.format(branch=driver.branch) for n in packaging.fabric_manager]
+    if platform is not None and platform.interconnect is not None:
+        where = f"{platform.name} puts {ctx.gpu_id} on {_interconnect_text(platform, ctx.link)}"
+        source = _interconnect_source(platform, ctx.gpus[0])
+    else:
+        where, source = f"{ctx.gpu_id} sits on an NVSwitch baseboard", "fabric-manager-guide"
     reasons.append(
         Reason(
             "fabric-manager",
-            f"{fm_names[0]} {driver.version}: {ctx.gpu_id} sits on an NVSwitch baseboard; "
-            "Fabric Manager must match the driver version exactly",
-            "fabric-manager-guide",
+            f"{fm_names[0]} {driver.version}: {where}; Fabric Manager must match the driver version exactly",
+            source,
         )
     )
     return PlanFabricManager(fm_names[0], driver.version, tuple(Package(n, driver.version) for n in fm_names))
 
 
 def _subnet_manager_part(ctx: Context, packaging: m.DriverPackaging, reasons: list[Reason]) -> PlanSubnetManager | None:
-    sm, generation = ctx.subnet_manager, ctx.gpus[0].nvswitch_generation
+    sm = ctx.subnet_manager
+    generation = ctx.link.nvswitch_generation if ctx.link is not None else ctx.gpus[0].nvswitch_generation
     if sm is None or packaging.subnet_manager is None:
         if ctx.nvswitch and ctx.matrix.subnet_manager is not None:
             first = ctx.matrix.subnet_manager.nvswitch_generation
@@ -1408,6 +1608,8 @@ def _os_text(ctx: Context) -> str:
 def _gpu_text(ctx: Context) -> str:
     covers = f"covers {', '.join(g.id for g in ctx.gpus)}; " if len(ctx.gpus) > 1 else ""
     fm = "NVSwitch baseboard" if ctx.nvswitch else "no NVSwitch"
+    if ctx.platform is not None:
+        fm += f" (on {ctx.platform.name})"
     host = f", {ctx.host} host" if ctx.host != m.DEFAULT_ARCH else ""
     return f"{ctx.gpu_name}: {covers}{ctx.arch.name}, compute capability {ctx.cc}, {fm}{host}"
 
@@ -1425,7 +1627,7 @@ def _data_digest(matrix: m.Matrix) -> str:
 def _pin_text(request: PlanRequest) -> str:
     pins = [
         f"{k}={getattr(request, k)}"
-        for k in ("driver", "cuda", "cudnn", "framework", "image_os")
+        for k in ("platform", "driver", "cuda", "cudnn", "framework", "image_os")
         if getattr(request, k)
     ]
     if request.policy != "lts":

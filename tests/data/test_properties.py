@@ -20,11 +20,16 @@ CUDNNS = ["8", "9", "9.1", "9.10", "8.9.6.50"]
 FRAMEWORKS = [f"{fw.id}=={r.version}" for fw in MATRIX.frameworks for r in fw.releases] + ["pytorch", "tensorflow"]
 # the images' OS: every published nvidia/cuda suffix and every host OS id (its own images)
 IMAGE_OSES = sorted({o for i in MATRIX.images for o in i.os}) + OS_IDS
+# platforms by id and alias; with one, --gpu may be left out (the platform implies it, or refuses)
+PLATFORMS = [name for p in MATRIX.platforms for name in (p.id, *p.aliases)]
+# GPUs the platforms list, drawn more often beside a platform so that most pairings resolve
+PLATFORM_GPUS = sorted({g for p in MATRIX.platforms for g in p.gpus})
 
 requests = st.builds(
     PlanRequest,
     os=st.sampled_from(OS_IDS),
-    gpu=st.sampled_from(GPU_IDS),
+    gpu=st.sampled_from(GPU_IDS) | st.sampled_from(PLATFORM_GPUS) | st.none(),
+    platform=st.none() | st.sampled_from(PLATFORMS),
     driver=st.none() | st.sampled_from(BRANCHES),
     cuda=st.none() | st.sampled_from(CUDAS),
     cudnn=st.none() | st.sampled_from(CUDNNS),
@@ -64,6 +69,14 @@ def test_plans_obey_every_rule_and_refusals_explain(request):
         if request.host_only and "--host-only plans no image" in exc.message:
             assert any((request.cuda, request.cudnn, request.framework, request.image_os)), exc.message
             assert exc.hint
+            return
+        if request.gpu is None and request.platform is None:
+            assert exc.message == "no GPU given", exc.message
+            assert "--platform" in exc.hint
+            return
+        if request.platform is not None and exc.message.startswith(f"platform {MATRIX.platform(request.platform).id} "):
+            # a GPU the platform does not take, or one of several it leaves to --gpu: the hint lists its GPUs
+            assert "--gpu" in exc.hint, exc.hint
             return
         assert "differ in" in exc.message
         assert exc.hint
