@@ -234,6 +234,10 @@ _PROGRAM_VARS = (
     "ansible_connection",
 )
 _USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}\$?\Z")
+# Variables whose value is a command or a client configuration another connection plugin runs or
+# reads on this machine: paramiko runs its proxy command here; netconf's ssh_config may hold a
+# ProxyCommand. No value of them is data.
+_COMMAND_VARS = ("ansible_paramiko_proxy_command", "ansible_netconf_ssh_config")
 
 
 def _shown(value: Any) -> str:
@@ -271,6 +275,9 @@ def connection_problems(hostvars: Mapping[str, Any]) -> list[str]:
         problem = problem or ssh_option_problem(value, program)
         if problem:
             out.append(f"{name} {problem}")
+    for name in _COMMAND_VARS:
+        if hostvars.get(name) not in (None, "", False):
+            out.append(f"{name} is set: it names a command or ssh configuration that would run on this machine")
     for name in _PROGRAM_VARS:
         value = hostvars.get(name)
         if value is None:

@@ -617,3 +617,17 @@ def test_host_only_extravars(fixture_matrix):
     assert {k: v for k, v in host.items() if k not in image_part | {"provision_plan_digest"}} == {
         k: v for k, v in full.items() if k not in image_part | {"provision_plan_digest"}
     }
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("ansible_paramiko_proxy_command", "ssh -W %h:%p bastion; touch /tmp/pwned"),
+        ("ansible_netconf_ssh_config", "/tmp/evil_ssh_config"),
+    ],
+)
+def test_connection_variables_that_name_a_local_command_are_refused(variable, value):
+    from provision.fleet.inventory import connection_problems
+
+    (problem,) = connection_problems({variable: value})
+    assert problem.startswith(f"{variable} is set")
