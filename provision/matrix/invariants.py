@@ -443,9 +443,11 @@ def _platform_evidence(p: Any, at: str) -> list[Problem]:
     for s in sorted(set(p.sources) - cited):
         out.append(Problem("platforms.yaml", f"{at}.sources", f"{s} backs no fact (evidence, variants)", "source"))
     for di, doubt in enumerate(p.doubts):
-        for fact in doubt.fields:
-            if fact != "fabric_manager" and not _FACT_PRESENT[fact](p):
-                out.append(Problem("platforms.yaml", f"{at}.doubts[{di}]", f"doubts an absent {fact}", "coverage"))
+        for field in doubt.fields:
+            fact, _, part = field.partition(".")
+            present = {"ids": bool(p.gpus), "count": p.gpu_count is not None}.get(part) if part else None
+            if fact != "fabric_manager" and not (_FACT_PRESENT[fact](p) if present is None else present):
+                out.append(Problem("platforms.yaml", f"{at}.doubts[{di}]", f"doubts an absent {field}", "coverage"))
     for key, _ in p.left_out:
         fact, _, sub = key.partition(".")
         present = _SUBFIELDS.get((fact, sub)) if sub else _FACT_PRESENT.get(fact)

@@ -675,6 +675,8 @@ PLATFORM_FACTS = (
     "dmi",
     "dmi_unverified",
 )
+# what a doubt may name: a fact, or one part of the GPUs (their models, their count)
+PLATFORM_DOUBTS = ("gpus", "gpus.ids", "gpus.count", *PLATFORM_FACTS[1:])
 PLATFORM_STRICT = ("system", "baseboard")  # kinds that take only the GPUs they list
 
 
@@ -691,7 +693,7 @@ class PlatformVariant(NamedTuple):
 
 
 class PlatformDoubt(NamedTuple):
-    fields: tuple[str, ...]  # PLATFORM_FACTS it concerns
+    fields: tuple[str, ...]  # PLATFORM_DOUBTS it concerns
     text: str
 
 
@@ -775,9 +777,10 @@ class Platform(NamedTuple):
 
     @property
     def unconfirmed(self) -> tuple[str, ...]:
-        """The facts a doubt names (a secondary source, an inference, another machine's capture)."""
+        """The facts a doubt names (a secondary source, an inference, another machine's capture), in
+        PLATFORM_DOUBTS order: "gpus.count" doubts the count only, not the GPU models or form factor."""
         named = {f for d in self.doubts for f in d.fields}
-        return tuple(f for f in PLATFORM_FACTS if f in named)
+        return tuple(f for f in PLATFORM_DOUBTS if f in named)
 
 
 class Matrix(NamedTuple):

@@ -128,6 +128,7 @@ def test_schema_refuses(tmp_path, old, new, what):
             "nowhere is cited in evidence",
         ),
         ("fields: [interconnect]", "fields: [psus]", "doubts an absent psus"),
+        ("fields: [interconnect]", "fields: [gpus.models]", "'gpus.models' is not valid"),
         (
             'left_out: {interconnect: "not in the fixture"}',
             'left_out: {gpus: "not in the fixture"}',
@@ -260,6 +261,8 @@ def test_real_dgx_a100_plans_a100_sxm4_x8_with_fabric_manager(real_matrix):
     assert plan.fabric_manager.version == plan.driver.version
     assert reason(plan, "fabric-manager").source == "fabric-manager-guide"
     assert plan.server.dmi_product == ("DGXA100",)
+    # the 40 GB model rests on a secondary source: the models are doubted, the count of 8 is not
+    assert plan.server.unconfirmed == ("gpus.ids", "psus", "inlet_c")
 
 
 @pytest.mark.parametrize(
