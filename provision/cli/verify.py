@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from provision.cli.common import check_output, host_pool_options, load_plan, matrix_loader, plan_source, write_output
+from provision.cli.common import check_output, host_pool_options, load_matrix, load_plan, plan_source, write_output
 from provision.errors import InputError
 
 
@@ -75,7 +75,9 @@ def verify_cmd(
     """Check that hosts match their plan: OS, nouveau, the nvidia module and nvidia-smi at the
     planned driver, GPU model and count, packages at planned versions and held, persistence, the
     fabric manager, the Container Toolkit, the nvidia runtime, a GPU container, the MIG layout,
-    Secure Boot against module signing. Changes nothing on the hosts.
+    Secure Boot against module signing; with --fleet, that each image a host's group lists
+    (images:) runs on the driver and GPU the host reports (image-runs). Changes nothing on the
+    hosts.
 
     \b
     provision verify -i hosts.yml --fleet fleet.yaml
@@ -116,8 +118,10 @@ def verify_cmd(
         if unknown:
             raise InputError(f"unknown check {unknown[0]!r}", hint="provision verify --list shows the checks")
     mig = _read_mig_vars(mig_vars) if mig_vars else None
+    catalogue = _Catalogue(ctx)
     targets = _targets(
         ctx,
+        catalogue,
         inventory=inventory,
         local=local,
         hosts=hosts,
@@ -134,6 +138,9 @@ def verify_cmd(
         only=selected,
         forks=forks,
         host_timeout=host_timeout,
+        # the image-runs check's catalogue: shared with the workers forked from here, loaded from the
+        # same folder's validated-data cache by a worker started on its own
+        **({"matrix": catalogue(), "compat_dir": catalogue.compat_dir} if any(t.images for t in targets) else {}),
     )
     if junit_file:
         write_output(junit_file, report.junit(), "--junit")
@@ -146,7 +153,23 @@ def verify_cmd(
     return report.exit_code
 
 
-def _targets(ctx, *, inventory, local, hosts, fleet_file, limit, plan_args, gpu_count, mig) -> list:
+class _Catalogue:
+    """The catalogue this command reads (--compat-dir, else the built-in data), loaded once, on first use."""
+
+    def __init__(self, ctx):
+        from provision.resources import compat_dir
+
+        self.ctx = ctx
+        self.compat_dir = compat_dir((ctx.obj or {}).get("compat_dir"))
+        self._matrix = None
+
+    def __call__(self):
+        if self._matrix is None:
+            self._matrix = load_matrix(self.ctx, self.compat_dir)
+        return self._matrix
+
+
+def _targets(ctx, catalogue, *, inventory, local, hosts, fleet_file, limit, plan_args, gpu_count, mig) -> list:
     """Every host to verify, each one's connection and variables checked (nothing is contacted
     before all are)."""
     from provision.hostpool import Connection, url_connection
@@ -154,7 +177,7 @@ def _targets(ctx, *, inventory, local, hosts, fleet_file, limit, plan_args, gpu_
 
     if inventory:
         return _inventory_targets(
-            ctx,
+            catalogue,
             inventory=inventory,
             plan_file=plan_args["plan_file"],
             fleet_file=fleet_file,
@@ -208,11 +231,13 @@ def _read_mig_vars(path: str) -> dict:
     return checked_hostvars(f"--mig-vars {path}", doc)
 
 
-def _inventory_targets(ctx, *, inventory, plan_file, fleet_file, limit, plan_flags, gpu_count, mig):
+def _inventory_targets(catalogue, *, inventory, plan_file, fleet_file, limit, plan_flags, gpu_count, mig):
     from provision.fleet.apply import load_plans, plan_of_host
-    from provision.fleet.inventory import load_inventory, select_hosts
+    from provision.fleet.inventory import load_fleet, load_inventory, select_hosts
     from provision.hostpool import inventory_connection
+    from provision.plan.lockcheck import check_run_plans
     from provision.verify import Target
+    from provision.verify.images import assigned_images
     from provision.verify.settings import checked_hostvars
 
     if plan_flags:
@@ -225,7 +250,11 @@ def _inventory_targets(ctx, *, inventory, plan_file, fleet_file, limit, plan_fla
             "with -i give exactly one of --plan and --fleet", hint="the same ones provision apply was given"
         )
     inv = load_inventory(inventory)
-    plans, _ = load_plans(plan_file, fleet_file, matrix_loader(ctx))
+    plans, _ = load_plans(plan_file, fleet_file, catalogue)
+    # a digest is no signature: every plan held to the catalogue, as apply holds it
+    check_run_plans(plans, catalogue, plan_file)
+    listed = {fg.group: fg.images for fg in load_fleet(fleet_file)} if fleet_file else {}
+    images: dict[str, tuple] = {}  # group -> its images' needs, read once per group
     names = select_hosts(inv, limit)
     path = os.path.abspath(inventory)
     targets = []
@@ -241,7 +270,11 @@ def _inventory_targets(ctx, *, inventory, plan_file, fleet_file, limit, plan_fla
         hv = checked_hostvars(name, inv.hosts[name])
         count = hv.get("provision_gpu_count", gpu_count)
         host_mig = {k: v for k, v in hv.items() if k.startswith("provision_mig_")} or mig or _plan_mig(found[1])
-        targets.append(Target(name, connection, found[1], count, host_mig, hv))
+        group = found[0] if fleet_file else None
+        if group is not None and group not in images:
+            images[group] = assigned_images(catalogue(), group, listed[group], fleet_file) if listed[group] else ()
+        assigned = images[group] if group is not None else None
+        targets.append(Target(name, connection, found[1], count, host_mig, hv, assigned, group))
     return targets
 
 

@@ -14,6 +14,12 @@ also under timeout. All go over one SSH connection per host (ControlMaster, its 
 private directory that run_verify removes with the connections). The workers'
 results become one VerifyReport: per host, per check, pass / fail / skip with the evidence
 read, and per host an error when it could not be reached or did not finish in time.
+
+The image-runs check asks provision.matrix.runs_on.decide, which reads the catalogue. The
+controller's catalogue reaches the workers without a copy: `run_verify` keeps it in `_CATALOGUES`
+before the workers are forked (they share the parent's memory), and a worker started on its own
+(one host) loads the same compat folder through the validated-data cache (`catalogue`), refusing a
+catalogue whose files are not the controller's.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from provision.hostpool import DEFAULT_FORKS, DEFAULT_HOST_TIMEOUT, Connection
+from provision.matrix.model import Matrix
+from provision.matrix.runs_on import ImageNeeds
 from provision.plan.model import Plan
 
 
@@ -36,6 +44,35 @@ class Target(NamedTuple):
     gpu_count: int | None = None  # GPUs the host must show (None: at least one)
     mig: dict[str, Any] | None = None  # planned MIG layout (ansible vars of provision mig plan)
     hostvars: Mapping[str, Any] = MappingProxyType({})  # inventory variables (paths the roles were told to use)
+    # what each image its fleet group's images: list names needs (provision.verify.images); None:
+    # no fleet group (--plan, --local, --host), () a group that lists none
+    images: tuple[ImageNeeds, ...] | None = None
+    group: str | None = None  # the fleet group whose plan it is (None without a fleet file)
+
+
+class Catalogue(NamedTuple):
+    """Which catalogue the controller read: its compat folder and its files' sha256 (Matrix.files)."""
+
+    compat_dir: str
+    files: tuple[tuple[str, str], ...]
+
+
+# The catalogue run_verify was handed, for the workers it forks (they inherit this process's memory).
+_CATALOGUES: dict[Catalogue, Matrix] = {}
+
+
+def catalogue(ref: Catalogue) -> Matrix:
+    """The controller's catalogue in a worker: the one it handed `run_verify` (a forked worker), else
+    loaded from the same folder through the validated-data cache (a worker started on its own)."""
+    matrix = _CATALOGUES.get(ref)
+    if matrix is None:
+        from provision.matrix.cache import load_cached
+
+        matrix = load_cached(ref.compat_dir)
+        if tuple(matrix.files) != ref.files:
+            raise RuntimeError(f"the catalogue in {ref.compat_dir} changed while verify ran: run it again")
+        _CATALOGUES[ref] = matrix
+    return matrix
 
 
 CHECKS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "checks")
@@ -79,9 +116,13 @@ def run_verify(
     only: list[str] | None = None,
     forks: int = DEFAULT_FORKS,
     host_timeout: float = DEFAULT_HOST_TIMEOUT,
+    matrix: Matrix | None = None,
+    compat_dir: str | None = None,
 ):
     """Run every check on every target, `forks` hosts at a time, each for at most `host_timeout`
-    seconds; returns a VerifyReport. Touches nothing on the hosts."""
+    seconds; returns a VerifyReport. Touches nothing on the hosts. ``matrix``, read from
+    ``compat_dir``: the catalogue the image-runs check asks the rule with (needed when a target
+    has images)."""
     import pickle
     import sys
 
@@ -89,6 +130,12 @@ def run_verify(
     from provision.tools import tool_path
     from provision.verify.worker import PRELOAD, Request
 
+    ref = None
+    if any(t.images for t in targets):
+        if matrix is None or compat_dir is None:
+            raise ValueError("targets with images need the catalogue (matrix and compat_dir)")
+        ref = Catalogue(os.path.abspath(compat_dir), tuple(matrix.files))
+        _CATALOGUES[ref] = matrix
     shared = SharedSsh()
     try:
         jobs = []
@@ -101,6 +148,7 @@ def run_verify(
                 only,
                 host_timeout,
                 control_path=shared.path(index),
+                catalogue=ref,
             )
             argv = [sys.executable, "-m", "provision.verify.worker"]
             jobs.append(Job(target.name, argv, pickle.dumps(request), entry="provision.verify.worker:serve"))
@@ -173,6 +221,7 @@ def run_checks(
     budget=None,
     have_timeout: bool = True,
     emit=None,
+    catalogue: Catalogue | None = None,
 ) -> int:
     """The checks on one target, in this process (the worker's part), on ``host`` (the testinfra
     Host provision.hostpool.build_host made for it); pytest's exit code. Each result goes to
@@ -181,7 +230,9 @@ def run_checks(
 
     from provision.verify.plugin import VerifyPlugin
 
-    plugin = VerifyPlugin(target, host, only=only, budget=budget, have_timeout=have_timeout, emit=emit)
+    plugin = VerifyPlugin(
+        target, host, only=only, budget=budget, have_timeout=have_timeout, emit=emit, catalogue=catalogue
+    )
     args = [
         CHECKS_DIR,
         "-c",

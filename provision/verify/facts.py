@@ -155,7 +155,8 @@ def planned_commands(target, checks: set[str] | None = None) -> list[str]:
     wanted = (lambda c: True) if checks is None else checks.__contains__
     docker = engine(hv) == "docker"
     sm = plan.subnet_manager if flag(hv, "nvidia_driver_subnet_manager") else None
-    smi_checks = wanted("nvidia-smi") or wanted("gpus") or wanted("persistence")
+    images = wanted("image-runs") and bool(target.images)  # it reads the driver and GPUs nvidia-smi reports
+    smi_checks = wanted("nvidia-smi") or wanted("gpus") or wanted("persistence") or images
     mig = bool(target.mig) and flag(target.mig, "provision_mig_enabled") and wanted("mig")
     first = ["true", DETECT_VIRT, CONTAINER_MARKERS, read_command("/etc/os-release")]
     late: list[str] = []

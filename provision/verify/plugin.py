@@ -1,6 +1,6 @@
 """The pytest plugin a verify worker loads: fixtures the checks use (`host`, `target`, `plan`,
-`facts`, `evidence`) and a collector that turns pytest's reports into CheckResults, each passed
-on to the parent process as it is known.
+`facts`, `evidence`, `warning`, `catalogue`) and a collector that turns pytest's reports into
+CheckResults, each passed on to the parent process as it is known.
 
 The host is the one the worker built from the target's checked Connection (testinfra's own
 plugin would build another from a URL). What a check reports comes from the host, so it is data:
@@ -15,7 +15,7 @@ from provision.hostpool import OUTPUT_LIMIT
 from provision.verify.facts import HostFacts
 from provision.verify.report import CheckResult, clean
 
-MODULE_ORDER = ("check_system", "check_driver", "check_containers")
+MODULE_ORDER = ("check_system", "check_driver", "check_containers", "check_images")
 DETAIL_LIMIT = 2000  # characters of a check's detail kept in the report
 EVIDENCE_LIMIT = 1000  # characters of one line of evidence
 MAX_EVIDENCE = 64  # lines of evidence kept per check
@@ -31,8 +31,10 @@ class VerifyPlugin:
         budget=None,
         have_timeout=True,
         emit=None,
+        catalogue=None,
     ):
         self._target = target
+        self._catalogue = catalogue  # provision.verify.Catalogue: the controller's (None: not handed one)
         self._host = host  # testinfra Host (provision.hostpool.build_host)
         self.only = set(only or [])
         self.budget = budget  # provision.hostpool.Budget: the host's deadline (None: no deadline)
@@ -55,6 +57,14 @@ class VerifyPlugin:
     @pytest.fixture
     def plan(self, target):
         return target.plan
+
+    @pytest.fixture
+    def catalogue(self):
+        """The controller's catalogue (provision.matrix.model.Matrix), loaded on first use; None when
+        run_verify was handed none (no target has images)."""
+        from provision.verify import catalogue
+
+        return catalogue(self._catalogue) if self._catalogue is not None else None
 
     @pytest.fixture
     def facts_raw(self, host, target, request) -> HostFacts:

@@ -35,6 +35,7 @@ class Request(NamedTuple):
     only: list[str] | None
     host_timeout: float
     control_path: str | None = None  # the host's SSH control socket (hostpool.SharedSsh)
+    catalogue: Any = None  # provision.verify.Catalogue: the controller's, for the image-runs check
 
 
 def probe(host, budget: Budget) -> tuple[str | None, bool]:
@@ -82,7 +83,15 @@ def run(request: Request, out: TextIO) -> int:
         if why is not None:
             emit({"unreachable": why})
             return 0
-        rc = run_checks(request.target, host, only=request.only, budget=budget, have_timeout=have_timeout, emit=emit)
+        rc = run_checks(
+            request.target,
+            host,
+            only=request.only,
+            budget=budget,
+            have_timeout=have_timeout,
+            emit=emit,
+            catalogue=request.catalogue,
+        )
     emit({"done": rc})
     return 0
 

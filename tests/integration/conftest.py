@@ -28,7 +28,12 @@ FLEET = {"a100": ("debian12", "a100-pcie"), "h100": ("debian12", "h100-sxm")}
 # hosts are still at the fleet file's plans: their converge is then the quick re-run. The rest (which
 # change the plans: MIG, the guards' faults) follow in the order pytest collected them, and so do
 # the tests outside this folder.
-FIRST_MODULES = ("test_fleet_apply.py", "test_fleet_doctor.py", "test_fleet_verify.py")
+FIRST_MODULES = (
+    "test_fleet_apply.py",
+    "test_fleet_doctor.py",
+    "test_fleet_verify.py",
+    "test_fleet_images_check.py",
+)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -53,7 +58,6 @@ GPUS = {
         "power_limit_w": 300,
         "compute_capability": "8.0",
         "mig_capable": True,
-        "mig_set": "a100-80gb",
     },
     "h100": {
         "model": "NVIDIA H100 80GB HBM3",
@@ -63,33 +67,21 @@ GPUS = {
         "power_limit_w": 700,
         "compute_capability": "9.0",
         "mig_capable": True,
-        "mig_set": "h100-sxm5-80gb",
     },
 }
 OLDER_TOOLKIT = "1.19.1"
-# nvidia-smi's default compute-instance profile id for a GPU instance of N compute slices (NVML)
-DEFAULT_CI_PROFILE = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4}
-
-
-def mig_profiles(matrix, set_id: str) -> dict:
-    """The fake GPU's `nvidia-smi mig -lgipp` table: the catalogue's profiles for that GPU."""
-    profile_set = next(s for s in matrix.mig if s.id == set_id)
-    return {
-        str(p.id): {
-            "name": p.name,
-            "size": p.memory_slices,
-            "placements": list(p.placements),
-            "compute": p.compute_slices,
-            "max": p.max_instances,
-            "memory_gib": p.memory_gib,
-            "ci_profile": DEFAULT_CI_PROFILE[p.compute_slices],
-        }
-        for p in profile_set.profiles
-        if p.id is not None
-    }
+# A driver branch older than the fleet file's default, published beside it for debian12 hosts:
+# test_fleet_images_check pins the a100 group to it. R575 serves CUDA 12.9 and is none of the
+# cuda-compat-13-x packages' base branches (compat/cuda.yaml forward_compatibility), so a CUDA 13
+# image cannot run on it even on a data-center GPU; its kernel modules are the open flavour, as
+# the default branch's are (the same package, nvidia-open, at another version).
+OLDER_BRANCH = "575"
 
 
 class FleetEnv:
+    # the pinned a100 plan whose packages the kit serves besides the plans' (fleet_env only)
+    older_plan = None
+
     def __init__(self, client, kit, proxy, fleet, plans, workdir: Path, groups=None, groups_vars=None):
         self.client, self.kit, self.proxy, self.fleet, self.plans, self.workdir = (
             client,
@@ -172,10 +164,13 @@ def cuda_version_of(matrix, plan) -> str:
     return ".".join(str(cuda).split(".")[:2])
 
 
-def host_gpu(matrix, kind: str, cuda_version: str) -> dict:
-    """/etc/fakegpu/gpu.json for a host with GPUS[kind]."""
-    gpu = {k: v for k, v in GPUS[kind].items() if k != "mig_set"}
-    gpu.update(cuda_version=cuda_version, mig_profiles=mig_profiles(matrix, GPUS[kind]["mig_set"]))
+def host_gpu(kind: str, cuda_version: str) -> dict:
+    """/etc/fakegpu/gpu.json for a host with GPUS[kind]: its MIG table from real captures of that
+    GPU (tests/fakegpu/captures), never from the catalogue."""
+    from harness import fakegpu
+
+    gpu = dict(GPUS[kind])
+    gpu.update(cuda_version=cuda_version, mig_profiles=fakegpu.mig_profiles_from_captures(kind))
     return gpu
 
 
@@ -272,12 +267,13 @@ def fleet_env(tmp_path_factory):
     client = engine.ensure_engine()
     matrix = load_matrix(COMPAT)
     plans = {g: resolve(matrix, PlanRequest(os=os_id, gpu=gpu)) for g, (os_id, gpu) in FLEET.items()}
+    older = resolve(matrix, PlanRequest(os=FLEET["a100"][0], gpu=FLEET["a100"][1], driver=OLDER_BRANCH))
     workdir = Path(tempfile.mkdtemp(prefix="provision-fleet-"))
     kit = fakegpu.Kit(workdir / "repo")
     proxy = fakegpu.RecordingProxy()
     fleet = None
     try:
-        publish_debian_repos(kit, plans)
+        publish_debian_repos(kit, {**plans, "older": older})
         kit.serve()
         cuda_version = cuda_version_of(matrix, plans["a100"])
         hosts = []
@@ -293,10 +289,12 @@ def fleet_env(tmp_path_factory):
             ("gpu-x", "a100", {"unreachable": True}),
             ("gpu-f", "a100", {}),  # fresh, for the installed collection run by plain ansible-playbook
         ):
-            hosts.append(Host(name, group, host_gpu(matrix, group, cuda_version), **extra))
+            hosts.append(Host(name, group, host_gpu(group, cuda_version), **extra))
         fleet = Fleet(client, kit, workdir, hosts)
         fleet.start()
-        yield FleetEnv(client, kit, proxy, fleet, plans, workdir)
+        env = FleetEnv(client, kit, proxy, fleet, plans, workdir)
+        env.older_plan = older
+        yield env
     finally:
         if fleet is not None:
             fleet.stop()
@@ -324,7 +322,7 @@ def rocky_env():
         kit.serve()
         publish_debian_repos(kit, {g: p for g, p in plans.items() if p.os.pkg_manager == "apt"})
         publish_rocky_repos(kit, {g: p for g, p in plans.items() if p.os.pkg_manager == "dnf"})
-        gpu = host_gpu(matrix, "a100", cuda_version_of(matrix, plans["a100"]))
+        gpu = host_gpu("a100", cuda_version_of(matrix, plans["a100"]))
         hosts = [Host("deb-a", "a100", gpu), Host("rocky-a", "rocky_a100", dict(gpu), os="rocky9")]
         fleet = Fleet(client, kit, workdir, hosts)
         fleet.start()

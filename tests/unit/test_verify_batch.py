@@ -17,8 +17,9 @@ import testinfra
 from provision.hostpool import Budget, Connection
 from provision.plan.model import PlanRequest
 from provision.plan.resolve import resolve
+from provision.plan.runs import image_needs
 from provision.verify import Target, batch
-from provision.verify.checks import check_containers, check_driver, check_system
+from provision.verify.checks import check_containers, check_driver, check_images, check_system
 from provision.verify.facts import KERNEL_LOG, HostFacts, Result, planned_commands, secure_boot_command
 
 LOCAL = testinfra.get_host("local://")
@@ -303,14 +304,15 @@ def healthy(plan, mig=False, **override):
 
 
 CHECKS = [
-    f for module in (check_system, check_driver, check_containers) for f in vars(module).values()
+    f for module in (check_system, check_driver, check_containers, check_images) for f in vars(module).values()
     if callable(f) and hasattr(f, "provision_check")
 ]  # fmt: skip
 
 
-def run_check(check, facts):
+def run_check(check, facts, catalogue=None):
     evidence: list[str] = []
     available = {"facts": facts, "facts_raw": facts, "plan": facts.target.plan, "target": facts.target,
+                 "catalogue": catalogue,
                  "evidence": evidence.append, "warning": lambda text: evidence.append(f"warning: {text}")}  # fmt: skip
     kwargs = {name: available[name] for name in inspect.signature(check).parameters}
     try:
@@ -340,20 +342,27 @@ def run_check(check, facts):
         ("rocky", {}, {"dnf -q versionlock": Res(0, ""), "rpm -q": Res(0, "package nvidia-driver is not installed\n")}),
         ("b200", {}, {"pgrep -x": Res(1, ""), "cat /proc/modules": Res(0, "nvidia 1 0 - Live\n")}),
         ("gh200", {}, {"cat /proc/driver/nvidia/params": Res(0, 'CoherentGPUMemoryMode: "default"\n')}),
+        # a fleet group's images (its own plan's image part): image-runs reads nvidia-smi too
+        ("debian", {"images": "own"}, {}),
+        ("rocky", {"images": "own"}, {"nvidia-smi --query-gpu": Res(0, "0, X, 0x233010DE, 550.163.01, E, D, D\n")}),
     ],
 )
-def test_every_check_reads_the_same_from_one_round_trip(plans, name, target_args, override):
+def test_every_check_reads_the_same_from_one_round_trip(plans, real_matrix, name, target_args, override):
     plan = plans[name]
     script = healthy(plan, mig="mig" in target_args, **override)
+    if target_args.get("images") == "own":
+        target_args = {**target_args, "images": (image_needs(plan, "own.lock.json"),), "group": "g"}
     target = Target("h", SSH, plan, **target_args)
     alone = HostFacts(ScriptedHost(script), target)  # no deadline: each command on its own, as before
     batched = HostFacts(ScriptedHost(script), target, budget=Budget(120), have_timeout=True)
     assert batched.prefetch() == len(planned_commands(target))
     for check in CHECKS:
-        assert run_check(check, batched) == run_check(check, alone), check.provision_check
+        assert run_check(check, batched, real_matrix) == run_check(check, alone, real_matrix), check.provision_check
     assert len(batched.host.ran) == 1, [c[:60] for c in batched.host.ran[1:]]  # nothing sent on its own
     if not override:
-        assert [run_check(c, batched)[0] for c in CHECKS].count("fail") == 0
+        assert [run_check(c, batched, real_matrix)[0] for c in CHECKS].count("fail") == 0
+    if target.images and override:  # R550 cannot run the H100 plan's CUDA 13 image
+        assert run_check(check_images.check_image_runs, batched, real_matrix)[0] == "fail"
 
 
 def test_the_facts_come_back_as_they_were_printed(plans):

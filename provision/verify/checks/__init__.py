@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from provision.verify.facts import LINE_LIMIT
+
 IDS: list[str] = []
 
 
@@ -27,6 +29,21 @@ def check(check_id: str, title: str) -> Callable[[Callable[..., Any]], Callable[
 
 def fail(message: str) -> None:
     pytest.fail(message, pytrace=False)
+
+
+def first_line(text: str) -> str:
+    """The first line of what a command printed, at most LINE_LIMIT characters."""
+    return text.split("\n", 1)[0][:LINE_LIMIT].strip()
+
+
+def need_smi(facts):
+    """The GPUs nvidia-smi lists; the check skips (the nvidia-smi check fails) when it does not answer."""
+    res, gpus = facts.smi
+    if res.timed_out is not None:
+        pytest.skip(f"nvidia-smi did not answer in {res.timed_out} s (see the nvidia-smi check)")
+    if res.rc != 0:
+        pytest.skip(f"nvidia-smi fails (see the nvidia-smi check): {first_line(res.text) or res.rc}")
+    return gpus
 
 
 def kernel_check(facts) -> None:

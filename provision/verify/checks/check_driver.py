@@ -8,23 +8,9 @@ import shlex
 
 import pytest
 
-from provision.verify.checks import assert_packages, check, fail
+from provision.verify.checks import assert_packages, check, fail, first_line, need_smi
 from provision.verify.facts import FABRIC_MANAGER_VERSION, LINE_LIMIT, MIG_LGI, MODULE_OPTIONS_FILE
 from provision.verify.settings import flag
-
-
-def _first(text: str) -> str:
-    """The first line of what a command printed, at most LINE_LIMIT characters."""
-    return text.split("\n", 1)[0][:LINE_LIMIT].strip()
-
-
-def _need_smi(facts):
-    res, gpus = facts.smi
-    if res.timed_out is not None:
-        pytest.skip(f"nvidia-smi did not answer in {res.timed_out} s (see the nvidia-smi check)")
-    if res.rc != 0:
-        pytest.skip(f"nvidia-smi fails (see the nvidia-smi check): {_first(res.text) or res.rc}")
-    return gpus
 
 
 @check("nvidia-smi", "nvidia-smi runs and reports the planned driver")
@@ -40,7 +26,7 @@ def check_nvidia_smi(facts, plan, evidence):
             "(provision doctor names the cause)"
         )
     if res.rc != 0:
-        first = _first(res.text) or f"exit {res.rc}"
+        first = first_line(res.text) or f"exit {res.rc}"
         evidence(f"nvidia-smi: exit {res.rc}: {first}")
         fail(f"nvidia-smi fails: {first} (provision doctor names the cause)")
     if not gpus:
@@ -53,7 +39,7 @@ def check_nvidia_smi(facts, plan, evidence):
 
 @check("gpus", "the GPU model and count are the plan's")
 def check_gpus(facts, plan, target, evidence):
-    gpus = _need_smi(facts)
+    gpus = need_smi(facts)
     wanted = {d.lower() for d in plan.gpu.pci_device_ids}
     names = sorted({f"{g.name} ({g.device_id})" for g in gpus})
     evidence(f"{len(gpus)} GPU(s): {', '.join(names)}")
@@ -79,7 +65,7 @@ def check_persistence(facts, target, evidence):
         )
     if enabled != "enabled":
         fail(f"nvidia-persistenced is {enabled}: it will not start after a reboot")
-    gpus = _need_smi(facts)
+    gpus = need_smi(facts)
     off = [g.index for g in gpus if g.persistence != "Enabled"]
     evidence(f"persistence mode: {', '.join(sorted({g.persistence for g in gpus}))}")
     if off:
@@ -103,7 +89,7 @@ def check_fabric_manager(facts, plan, evidence):
     if active != "active" or enabled != "enabled":
         fail(f"nvidia-fabricmanager is {active}/{enabled}: NVSwitch GPUs stay unusable for CUDA without it")
     res = facts.run(FABRIC_MANAGER_VERSION)
-    first = _first(res.text)
+    first = first_line(res.text)
     match = re.search(r"(\d{1,4}\.\d{1,4}(?:\.\d{1,4})?)", res.out[:LINE_LIMIT])
     evidence(f"nv-fabricmanager --version: {first or res.rc}")
     if not match or match.group(1) != plan.fabric_manager.version:
@@ -183,7 +169,7 @@ _LGI = re.compile(r"\|\s+(\d+)\s+MIG\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+):(\d+)\s+\|"
 def check_mig(facts, target, evidence):
     if not target.mig or not flag(target.mig, "provision_mig_enabled"):
         pytest.skip("no MIG layout planned for this host")
-    gpus = _need_smi(facts)
+    gpus = need_smi(facts)
     modes = {g.index: (g.mig_current, g.mig_pending) for g in gpus}
     evidence("MIG mode (current/pending): " + ", ".join(f"GPU {i}: {c}/{p}" for i, (c, p) in modes.items()))
     pending = [i for i, (c, p) in modes.items() if c != p]
@@ -194,7 +180,7 @@ def check_mig(facts, target, evidence):
         fail(f"MIG mode is off on GPU {', '.join(off)}")
     res = facts.run(MIG_LGI)
     if res.rc != 0:
-        fail(f"nvidia-smi mig -lgi fails: {_first(res.text) or res.rc}")
+        fail(f"nvidia-smi mig -lgi fails: {first_line(res.text) or res.rc}")
     found: dict[str, list[tuple[str, int]]] = {}
     for m in _LGI.finditer(res.out):
         found.setdefault(m.group(1), []).append((m.group(2), int(m.group(5))))
