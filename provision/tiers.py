@@ -337,26 +337,45 @@ def rank(matrix: Matrix, workload_id: str = DEFAULT_WORKLOAD, gpus: Iterable[str
     return ranked
 
 
-def explain(workload_id: str) -> str:
+def explain(workload_id: str, width: int = 92) -> str:
+    """The workload's rationale, formula and terms, wrapped to ``width`` at spaces only."""
     wl = workload(workload_id)
-    width = max(len(t.metric.id) for t in wl.terms)
-    lines = [f"{wl.id}: {wl.title}", "", *textwrap.wrap(wl.rationale, 92), "", wl.formula, ""]
+    pad = max(len(t.metric.id) for t in wl.terms)
+    lines = [*_wrap(f"{wl.id}: {wl.title}", width), "", *_wrap(wl.rationale, width), ""]
+    lines += [*_wrap(wl.formula, width, hanging="    "), ""]
     for t in wl.terms:
-        head = f"  {t.metric.id.ljust(width)}  weight {t.weight:.2f}  "
-        lines += textwrap.wrap(
-            f"{t.metric.definition} [{t.metric.unit}]", 92, initial_indent=head, subsequent_indent=" " * len(head)
-        )
+        head = f"  {t.metric.id.ljust(pad)}  weight {t.weight:.2f}  "
+        if len(head) + 20 > width:  # too narrow to put the definitions beside: under it
+            lines += [head.rstrip(), *_wrap(f"{t.metric.definition} [{t.metric.unit}]", width, "    ", "    ")]
+        else:
+            lines += _wrap(f"{t.metric.definition} [{t.metric.unit}]", width, head, " " * len(head))
     tiers = ", ".join(f"{label} ≥ {floor:.4g}" for label, floor in TIERS if floor > 0)
     lines += [
         "",
-        "max: the best catalogued GPU on that metric, so the score is in (0, 100] and a GPU's",
-        "score does not depend on which others are shown. Weighted geometric mean: a ratio of two",
-        "scores reads as 'times better' on this workload. Figures are dense (no sparsity) from",
-        "compat/gpus.yaml; MIG from compat/mig.yaml.",
-        f"tier: score / best catalogued score: {tiers}, D below",
-        "(each band starts at half the one above).",
+        *_wrap(
+            "max: the best catalogued GPU on that metric, so the score is in (0, 100] and a GPU's score does not "
+            "depend on which others are shown. Weighted geometric mean: a ratio of two scores reads as 'times "
+            "better' on this workload. Figures are dense (no sparsity) from compat/gpus.yaml; MIG from "
+            "compat/mig.yaml.",
+            width,
+        ),
+        *_wrap(
+            f"tier: score / best catalogued score: {tiers}, D below (each band starts at half the one above).", width
+        ),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _wrap(text: str, width: int, indent: str = "", hanging: str = "") -> list[str]:
+    """``text`` wrapped at spaces only: a figure, an id or a formula's term is never split."""
+    return textwrap.wrap(
+        text,
+        max(1, width),
+        initial_indent=indent,
+        subsequent_indent=hanging,
+        break_long_words=False,
+        break_on_hyphens=False,
+    ) or [indent.rstrip()]
 
 
 def legend(workload_id: str) -> list[str]:
@@ -366,7 +385,7 @@ def legend(workload_id: str) -> list[str]:
     lines = [f"{t.metric.label} [{t.metric.unit}]: {t.metric.definition}" for t in wl.terms if not t.metric.spec]
     lines.append(
         f"score: {wl.formula.removeprefix('score = ')} over these columns, each to the best catalogued GPU "
-        f"(provision gpus --rank {wl.id} --explain)"
+        f"(`provision gpus --rank {wl.id} --explain`)"
     )
     return lines
 

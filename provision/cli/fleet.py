@@ -239,7 +239,12 @@ def apply_cmd(
     code = (0 if result.succeeded else 1) if ran else 1
     _write_summary(prepared, result, check, code)
     title = f"provision apply{' --check' if check else ''}: {len(result.hosts)} host(s), {result.status}"
-    print_table(("host", "result", "ok", "changed", "failed", "unreachable", "rebooted", "cause"), rows, title=title)
+    print_table(
+        ("host", "result", "ok", "changed", "failed", "unreachable", "rebooted", "cause"),
+        rows,
+        title=title,
+        whole={0, 1},  # a host name and its outcome ("not run") stay on one line
+    )
     for off in prepared.guards_off:
         click.echo(f"guard off by {off.flag}: {off.guard} ({off.variable}: {str(off.value).lower()})")
     click.echo(f"run folder: {prepared.run_dir}")

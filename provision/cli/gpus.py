@@ -7,7 +7,7 @@ import sys
 import click
 
 from provision.cli.common import check_output, load_matrix, write_output
-from provision.cli.output import dumps_json, markdown_table, plain_table, print_table
+from provision.cli.output import dumps_json, fit_table, markdown_table, terminal_width, wrap_text
 from provision.tiers import DEFAULT_WORKLOAD, WORKLOADS, legend, rank, render_svg, table_rows
 from provision.tiers import explain as explain_text
 
@@ -74,7 +74,8 @@ def gpus_cmd(ctx, *, workload_id, fmt, explain, gpu_ids, out, compat_dir):
     wl = WORKLOADS[workload_id]
     title = f"GPU tiers: {wl.title}"
     headers, rows = table_rows(ranked)
-    notes = explain_text(workload_id) if explain else ""
+    width = terminal_width()
+    notes = explain_text(workload_id, 92 if fmt == "markdown" else width) if explain else ""
     key = legend(workload_id)
 
     if fmt == "json":
@@ -88,14 +89,10 @@ def gpus_cmd(ctx, *, workload_id, fmt, explain, gpu_ids, out, compat_dir):
         else:
             text += f"`{wl.formula}` (see `provision gpus --rank {wl.id} --explain`)\n\n"
         text += markdown_table(headers, rows) + "".join(f"\n{line}\n" for line in key)
-    elif out:
-        text = (notes + "\n" if notes else "") + plain_table(headers, rows, title) + "\n" + "\n".join(key) + "\n"
-    else:
-        if notes:
-            click.echo(notes)
-        print_table(headers, rows, title=title, stream=sys.stdout)
-        click.echo("\n" + "\n".join(key))
-        return 0
+    else:  # a table: fits COLUMNS, else the terminal, else 100 (a file written with --out too)
+        table = fit_table(headers, rows, width=width, title=title, right={0, 4}, optional=[headers.index("name")])
+        text = (notes + "\n" if notes else "") + table + "\n"
+        text += "".join(line + "\n" for k in key for line in wrap_text(k, width))
 
     if notes and fmt in ("json", "svg"):
         click.echo(notes, err=True, nl=False)

@@ -3,18 +3,22 @@ mig-parted config and Ansible vars), and propose layouts for N services of a giv
 
 from __future__ import annotations
 
-import os
 import sys
-import textwrap
 from collections.abc import Sequence
 
 import click
 
 from provision.cli.common import check_output, load_matrix, write_output
-from provision.cli.output import dumps_json, dumps_yaml, markdown_table
+from provision.cli.output import (
+    dumps_json,
+    dumps_yaml,
+    echo_wrapped,
+    markdown_table,
+    table_lines,
+    terminal_width,
+    wrap_text,
+)
 
-DEFAULT_WIDTH = 100
-NBSP = "\xa0"  # joins a header to its value: textwrap never breaks there
 FLAT = ("table", "markdown")
 
 
@@ -96,9 +100,9 @@ def plan_cmd(ctx, *, gpu, layout, fill, name, device_filter, fmt, out_config, ou
         doc = plan.to_dict()
         sys.stdout.write(dumps_json(doc) if fmt == "json" else dumps_yaml(doc))
     if (note := plan.note()) is not None:
-        click.echo(f"note: {note}", err=True)
+        echo_wrapped(f"note: {note}", err=True)
     if plan.fill is not None and plan.filled == 0:
-        click.echo(f"note: no {plan.fill} fits beside the layout; nothing was added", err=True)
+        echo_wrapped(f"note: no {plan.fill} fits beside the layout; nothing was added", err=True)
     if out_config:
         write_output(out_config, mig_parted_yaml(plan), "--out-config")
     if out_vars:
@@ -153,60 +157,15 @@ def suggest_cmd(ctx, *, gpu, services, min_memory, top, fmt):
     else:
         sys.stdout.write(suggest_text(result, canonical, top, fmt, terminal_width()))
     if (note := placements_note(profile_set)) is not None:
-        click.echo(f"note: {note}", err=True)
+        echo_wrapped(f"note: {note}", err=True)
     return 0
 
 
 # -- text ------------------------------------------------------------------------------------
 
 
-def terminal_width() -> int:
-    """COLUMNS, else the terminal's width, else 100 (piped)."""
-    env = os.environ.get("COLUMNS", "")
-    if env.isdigit() and int(env) > 0:
-        return int(env)
-    try:
-        if sys.stdout.isatty():
-            return os.get_terminal_size(sys.stdout.fileno()).columns or DEFAULT_WIDTH
-    except (AttributeError, OSError, ValueError):
-        pass
-    return DEFAULT_WIDTH
-
-
 def plural(n: int, word: str, words: str | None = None) -> str:
     return f"{n} {word if n == 1 else (words or word + 's')}"
-
-
-def wrap(text: str, width: int, indent: str = "") -> list[str]:
-    """``text`` wrapped at spaces only (a profile, a layout or an id is never split)."""
-    return textwrap.wrap(
-        text,
-        max(1, width),
-        initial_indent=indent,
-        subsequent_indent=indent + "  ",
-        break_long_words=False,
-        break_on_hyphens=False,
-    ) or [""]
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]], width: int, right: frozenset[int]) -> list[str]:
-    """An aligned table when it fits ``width``; otherwise one block per row: the first two cells,
-    then ``header value`` pairs wrapped at spaces."""
-    natural = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
-    if sum(natural) + 2 * (len(headers) - 1) <= width:
-
-        def line(cells: Sequence[str]) -> str:
-            return "  ".join(
-                c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, natural, strict=True))
-            ).rstrip()
-
-        return [line(headers), "  ".join("-" * w for w in natural), *(line(r) for r in rows)]
-    out: list[str] = []
-    for r in rows:
-        out += wrap(f"{headers[0]} {r[0]}: {r[1]}", width)
-        pairs = ", ".join(f"{h} {v}".replace(" ", NBSP) for h, v in zip(headers[2:], r[2:], strict=True))
-        out += [line.replace(NBSP, " ") for line in wrap(pairs, width, "  ")]  # a pair is never split
-    return out
 
 
 def _gib(value: float | None) -> str:
@@ -291,11 +250,11 @@ def plan_text(plan, fmt: str, width: int) -> str:
     if fmt == "markdown":
         table_md = markdown_table(PLAN_HEADERS, plan_rows(plan, markdown=True)).rstrip("\n")
         return "\n\n".join([title, table_md, *plan_summary(plan), *([footer] if footer else []), pointer]) + "\n"
-    out = [*wrap(title, width), ""]
-    out += table(PLAN_HEADERS, plan_rows(plan), width, right=frozenset({0, 2, 3, 4, 5}))
+    out = [*wrap_text(title, width), ""]
+    out += table_lines(PLAN_HEADERS, plan_rows(plan), width=width, right={0, 2, 3, 4, 5})
     out.append("")
     for line in [*plan_summary(plan), *([footer] if footer else []), pointer]:
-        out += wrap(line, width)
+        out += wrap_text(line, width)
     return "\n".join(out) + "\n"
 
 
@@ -366,13 +325,14 @@ def suggest_text(result, gpu: str, top: int, fmt: str, width: int) -> str:
         parts += notes[1:]
         parts.append("Plan the first:\n\n```\n" + "\n".join(commands) + "\n```")
         return "\n\n".join(parts) + "\n"
-    out = [*wrap(title, width), *wrap(notes[0], width), ""]
-    out += table(SUGGEST_HEADERS, suggest_rows(result, top), width, right=frozenset({0}))
+    out = [*wrap_text(title, width), *wrap_text(notes[0], width), ""]
+    out += table_lines(SUGGEST_HEADERS, suggest_rows(result, top), width=width, right={0})
     out.append("")
     for line in notes[1:]:
-        out += wrap(line, width)
+        out += wrap_text(line, width)
     out.append("plan the first:")
-    out += [f"  {c}" for c in commands]
+    for command in commands:  # a command is never wrapped: longer than the width, it overflows
+        out += wrap_text(command, width, indent="  ", whole=True)
     return "\n".join(out) + "\n"
 
 

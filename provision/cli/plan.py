@@ -7,7 +7,7 @@ import sys
 import click
 
 from provision.cli.common import load_matrix
-from provision.cli.output import dumps_json, markdown_table, print_table
+from provision.cli.output import dumps_json, echo_wrapped, markdown_table, print_table
 from provision.cli.plan_run import run_plan
 from provision.matrix.listing import TOPICS
 
@@ -58,10 +58,11 @@ compat_option = click.option(
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["table", "json", "yaml", "ansible"]),
+    type=click.Choice(["table", "markdown", "json", "yaml", "ansible"]),
     default="table",
     show_default=True,
-    help="ansible: the provision_* variables, for ansible-playbook site.yml -e @vars.yml.",
+    help="table: fits COLUMNS, else the terminal, else 100 columns; markdown: a Markdown table and the "
+    "reasons; ansible: the provision_* variables, for ansible-playbook site.yml -e @vars.yml.",
 )
 @click.option(
     "--lock", type=click.Path(dir_okay=False, writable=True), help="Also write the plan (JSON) to this lock file."
@@ -105,7 +106,8 @@ def listing_legend(topic: str, headers, rows, records) -> list[str]:
     lines = []
     if topic == "gpus" and any("members" in r for r in records):
         lines.append(
-            "(group): one id for the GPUs in the last column (a plan refuses a group whose GPUs need different setups)"
+            "(group): one id for the GPUs named after its name (a plan refuses a group whose GPUs need different "
+            "setups); its PCI ids are theirs"
         )
     elif topic == "drivers":
         from provision.plan.resolve import BRANCH_TYPES
@@ -164,6 +166,12 @@ def listing_legend(topic: str, headers, rows, records) -> list[str]:
     return lines
 
 
+TABLE_HELP = (
+    "table: fits COLUMNS, else the terminal, else 100 columns (cells wrap at spaces; columns left out to fit are "
+    "named under it); markdown and json: every column, unwrapped."
+)
+
+
 @click.group("matrix")
 def matrix_group():
     """List the compatibility catalogue, or check it end to end."""
@@ -172,7 +180,12 @@ def matrix_group():
 def _listing_command(topic: str) -> click.Command:
     @click.command(topic, help=f"List the catalogued {topic}.")
     @click.option(
-        "--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True
+        "--format",
+        "fmt",
+        type=click.Choice(["table", "json", "markdown"]),
+        default="table",
+        show_default=True,
+        help=TABLE_HELP,
     )
     @compat_option
     @click.pass_context
@@ -187,9 +200,10 @@ def _listing_command(topic: str) -> click.Command:
             sys.stdout.write(f"### {result.title}\n\n" + markdown_table(result.headers, result.rows))
             sys.stdout.write("".join(f"\n{line}\n" for line in legend))
         else:
-            print_table(result.headers, result.rows, title=result.title)
+            optional = [result.headers.index(h) for h in result.optional]
+            print_table(result.headers, result.rows, title=result.title, optional=optional, keyed=True)
             for line in legend:
-                click.echo(line)
+                echo_wrapped(line)
         return 0
 
     return command
@@ -200,7 +214,14 @@ for _topic in TOPICS:
 
 
 @matrix_group.command("check")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", "markdown"]),
+    default="table",
+    show_default=True,
+    help=TABLE_HELP,
+)
 @compat_option
 @click.pass_context
 def check_cmd(ctx, *, fmt, compat_dir):
@@ -253,8 +274,8 @@ def check_cmd(ctx, *, fmt, compat_dir):
             print_table(("request", "resolved", "refused", "not applicable"), rows, title="provision matrix check")
             print_table(("rule that eliminated candidates", "refused requests"), rules)
         for p in result.problems:
-            click.echo(f"problem: {p}")
+            echo_wrapped(f"problem: {p}")
         for o, g, r in result.unresolved_pairs:
-            click.echo(f"unresolved: {g} on {o} ({r}); resolve it or declare it in unsupported.yaml")
+            echo_wrapped(f"unresolved: {g} on {o} ({r}); resolve it or declare it in unsupported.yaml")
         click.echo(f"{'ok' if result.ok else 'FAILED'} in {result.seconds:.2f}s")
     return 0 if result.ok else 1

@@ -35,7 +35,7 @@ _VALUES = {
     "--compat-dir": "compat_dir",
 }
 _FLAGS = {"--explain": "explain", "--host-only": "host_only"}
-_CHOICES = {"policy": ("lts", "latest"), "fmt": ("table", "json", "yaml", "ansible")}
+_CHOICES = {"policy": ("lts", "latest"), "fmt": ("table", "markdown", "json", "yaml", "ansible")}
 _DEFAULTS = {
     "driver": None,
     "cuda": None,
@@ -129,7 +129,7 @@ def run_plan(
 ) -> int:
     """`provision plan`: resolve, then print the plan (and write the lock file)."""
     from provision.cli.common import check_output, load_catalogue, resolve_or_refuse
-    from provision.cli.output import dumps_json, dumps_yaml, echo, print_table
+    from provision.cli.output import dumps_json, dumps_yaml, echo
     from provision.plan.model import PlanRequest, write_plan
 
     check_output(lock, "--lock")
@@ -159,12 +159,7 @@ def run_plan(
 
         sys.stdout.write(dumps_yaml_unsafe_note() + dump_unsafe_yaml(to_extravars(p)))
     else:
-        print_table(("component", "choice"), plan_rows(p), title=f"Plan: {p.gpu.id} on {p.os.id}")
-        for line in plan_legend(p):
-            echo(line)
-        echo("\nwhy:")
-        for r in p.reasons:
-            echo(f"  [{r.component}] {r.text}")
+        sys.stdout.write(plan_text(p, fmt))
     if lock:
         echo(f"wrote {lock}", err=True)
     return 0
@@ -172,7 +167,7 @@ def run_plan(
 
 def _lock_changes(lock: str, plan: Plan) -> None:
     """Before --lock overwrites a different plan: what changes, on stderr (provision diff's lines)."""
-    from provision.cli.output import echo
+    from provision.cli.output import echo_wrapped
     from provision.errors import InputError
     from provision.plan.diff import changes, plan_state, summary
     from provision.plan.model import read_plan
@@ -182,18 +177,42 @@ def _lock_changes(lock: str, plan: Plan) -> None:
     try:
         old = read_plan(lock, given_as="--lock")
     except InputError as exc:
-        echo(f"--lock {lock}: replacing a file that is not a readable plan ({exc.message})", err=True)
+        echo_wrapped(f"--lock {lock}: replacing a file that is not a readable plan ({exc.message})", err=True)
         return
     if old.digest() == plan.digest():
         return
     found = changes(plan_state(old, lock), plan_state(plan, "this plan"))
-    echo(f"--lock {lock} holds another plan; it changes:", err=True)
+    echo_wrapped(f"--lock {lock} holds another plan; it changes:", err=True)
     for line in summary(plan_state(old, lock), plan_state(plan, "this plan"), found):
-        echo(f"  {line}", err=True)
+        echo_wrapped(line, err=True, indent="  ", hanging="    ")
 
 
 def dumps_yaml_unsafe_note() -> str:
     return "# provision plan: variables for ansible-playbook -e @FILE; !unsafe: Ansible never templates them\n"
+
+
+PLAN_HEADERS = ("component", "choice")
+
+
+def plan_text(p: Plan, fmt: str, width: int | None = None) -> str:
+    """The plan for a person: its table, the legend and the reasons ("why:"). ``fmt`` table: fit to
+    ``width`` (default terminal_width(): COLUMNS, else the terminal, else 100), the reasons wrapped
+    at spaces under a hanging indent; markdown: a Markdown table and a list of the reasons."""
+    from provision.cli.output import markdown_table, table_lines, terminal_width, wrap_text
+
+    title = f"Plan: {p.gpu.id} on {p.os.id}"
+    if fmt == "markdown":
+        parts = [f"### {title}", markdown_table(PLAN_HEADERS, plan_rows(p)).rstrip("\n"), *plan_legend(p)]
+        parts.append("why:\n\n" + "\n".join(f"- [{r.component}] {r.text}" for r in p.reasons))
+        return "\n\n".join(parts) + "\n"
+    width = terminal_width() if width is None else width
+    out = table_lines(PLAN_HEADERS, plan_rows(p), width=width, title=title, keyed=True)
+    for line in plan_legend(p):
+        out += wrap_text(line, width)
+    out += ["", "why:"]
+    for r in p.reasons:
+        out += wrap_text(f"[{r.component}] {r.text}", width, indent="  ", hanging="    ")
+    return "\n".join(out) + "\n"
 
 
 def plan_rows(p: Plan) -> list[tuple[str, str]]:

@@ -8,9 +8,10 @@ import sys
 import click
 
 from provision.cli.common import load_matrix
-from provision.cli.output import dumps_json, markdown_table, print_table
+from provision.cli.output import dumps_json, echo_wrapped, markdown_table, print_table
 
 FORMATS = click.Choice(["table", "json", "markdown"])
+TABLE_HELP = "table: fits COLUMNS, else the terminal, else 100 columns (cells wrap at spaces); markdown: unwrapped."
 KIND_TITLES = {
     "cuda": "CUDA releases",
     "image": "nvidia/cuda image sets",
@@ -38,7 +39,7 @@ KIND_TITLES = {
     show_default=True,
     help="runs: what runs on the driver; all: also what does not, with the reason.",
 )
-@click.option("--format", "fmt", type=FORMATS, default="table", show_default=True)
+@click.option("--format", "fmt", type=FORMATS, default="table", show_default=True, help=TABLE_HELP)
 @click.pass_context
 def runs_on_cmd(ctx, *, driver, gpu, os_id, only, fmt):
     """List the CUDA releases, nvidia/cuda image sets and framework builds a driver runs.
@@ -72,7 +73,7 @@ def runs_on_cmd(ctx, *, driver, gpu, os_id, only, fmt):
         return 0
     what = f"driver {release}" + (f" on {gpu_row.id}" if gpu_row else "") + (f", {image_os} images" if image_os else "")
     if note:
-        click.echo(f"({note})")
+        echo_wrapped(f"({note})")
     for kind, title in KIND_TITLES.items():
         section = [r for r in rows if r.kind == kind]
         if not section:
@@ -85,20 +86,20 @@ def runs_on_cmd(ctx, *, driver, gpu, os_id, only, fmt):
         if fmt == "markdown":
             sys.stdout.write(f"### {title} for {what}\n\n" + markdown_table(headers, table) + "\n")
         else:
-            print_table(headers, table, title=f"{title} for {what}")
+            print_table(headers, table, title=f"{title} for {what}", keyed=True)
             click.echo()
     counts = {
         mode: sum(1 for r in result.rows if r.mode == mode)
         for mode in ("native", "minor-version", "forward-compat", "no")
     }
-    click.echo(
+    echo_wrapped(
         "legend: native = the driver meets the CUDA release's minimum (Table 3); minor-version = same CUDA major, "
         "driver at or above the Table 2 floor (no PTX JIT of newer PTX); forward-compat = the image's cuda-compat "
         "package, data-center GPUs and supported branches only"
     )
-    click.echo(", ".join(f"{n} {mode}" for mode, n in counts.items()))
+    echo_wrapped(", ".join(f"{n} {mode}" for mode, n in counts.items()))
     if gpu_row is None:
-        click.echo("without --gpu, the GPU's SM and forward compatibility (data-center GPUs only) are not checked")
+        echo_wrapped("without --gpu, the GPU's SM and forward compatibility (data-center GPUs only) are not checked")
     return 0
 
 
@@ -118,7 +119,7 @@ def runs_on_cmd(ctx, *, driver, gpu, os_id, only, fmt):
     metavar="DIR|LOCK",
     help="Plan locks or image.lock.json files, or folders of them (repeat the option for more).",
 )
-@click.option("--format", "fmt", type=FORMATS, default="table", show_default=True)
+@click.option("--format", "fmt", type=FORMATS, default="table", show_default=True, help=TABLE_HELP)
 @click.pass_context
 def check_cmd(ctx, *, fleet_file, images, fmt):
     """Check that every image assigned to a host group runs on that group's driver and GPU.
@@ -157,9 +158,9 @@ def check_cmd(ctx, *, fleet_file, images, fmt):
         print_table(headers, rows, title=f"provision check: {len(result.groups)} groups x {len(result.images)} images")
     failing = [c for c in result.cells if c.assigned and not c.verdict.runs]
     for cell in failing:
-        click.echo(f"cannot run: {cell.image} on {cell.group}: {cell.verdict.reason}")
+        echo_wrapped(f"cannot run: {cell.image} on {cell.group}: {cell.verdict.reason}", hanging="  ")
     assigned_count = sum(1 for c in result.cells if c.assigned)
-    click.echo(
+    echo_wrapped(
         f"{assigned_count - len(failing)} of {assigned_count} assigned pairs run" + (", exit 1" if failing else "")
     )
     return 0 if result.ok else 1
@@ -168,7 +169,15 @@ def check_cmd(ctx, *, fleet_file, images, fmt):
 @click.command("diff")
 @click.argument("old", type=click.Path(dir_okay=False))
 @click.argument("new", type=click.Path(dir_okay=False))
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "markdown", "json"]),
+    default="table",
+    show_default=True,
+    help="table: a line per change, wrapped at spaces to COLUMNS, else the terminal, else 100 columns; markdown: a "
+    "table of the changes.",
+)
 def diff_cmd(*, old, new, fmt):
     """Name what changes from OLD to NEW: two plan locks, or a host's scan and its plan.
 
@@ -183,7 +192,15 @@ def diff_cmd(*, old, new, fmt):
     found = changes(before, after)
     if fmt == "json":
         sys.stdout.write(changes_json(before, after, found))
+    elif fmt == "markdown" and found:
+        rows = [(c.key, c.old, c.new, c.note) for c in found]
+        sys.stdout.write(f"### {before.name} -> {after.name}\n\n" + markdown_table(DIFF_HEADERS, rows))
+        if any(c.reboot for c in found):
+            sys.stdout.write("\n" + summary(before, after, found)[-1] + "\n")
     else:
         for line in summary(before, after, found):
-            click.echo(line)
+            echo_wrapped(line, hanging="  ")
     return 1 if found else 0
+
+
+DIFF_HEADERS = ("change", "from", "to", "what it means")

@@ -16,6 +16,9 @@ class Listing(NamedTuple):
     headers: tuple[str, ...]
     rows: list[tuple[Any, ...]]
     records: list[dict[str, Any]]  # the JSON form
+    optional: tuple[str, ...] = ()
+    """Columns a terminal table leaves out (and names) where it fits the width without them only;
+    Markdown and JSON always have them."""
 
 
 def listing(matrix: Matrix, topic: str) -> Listing:
@@ -81,10 +84,15 @@ def _gpus(m: Matrix) -> Listing:
                 "sources": list(g.sources),
             }
         )
+    pci = {g.id: g.pci_device_ids for g in m.gpus}
     for grp in m.gpu_groups:
-        rows.append((grp.id, grp.name, "(group)", "", "", "", "", "", "", "", "", "", "", list(grp.members)))
+        ids = list(dict.fromkeys(p for member in grp.members for p in pci.get(member, ())))
+        name = f"{grp.name}: {', '.join(grp.members)}"
+        rows.append((grp.id, name, "(group)", "", "", "", "", "", "", "", "", "", "", ids))
         records.append({"id": grp.id, "name": grp.name, "members": list(grp.members)})
-    return Listing("GPUs", headers, rows, records)
+    # left out in this order where the terminal is narrow: the specs `provision gpus` ranks first
+    optional = ("PCI ids", "NVSwitch", "NVLink GB/s", "TDP W", "FP16/BF16/FP8 TFLOPS", "bandwidth GB/s", "form", "MIG")
+    return Listing("GPUs", headers, rows, records, optional)
 
 
 def _os(m: Matrix) -> Listing:
@@ -109,7 +117,7 @@ def _os(m: Matrix) -> Listing:
         }
         for o in m.os_releases
     ]
-    return Listing("Operating systems", headers, rows, records)
+    return Listing("Operating systems", headers, rows, records, ("kernel headers",))
 
 
 PAST_EOL_CELL = {"past": True, "supported": False, "unknown": "unknown"}
@@ -150,7 +158,7 @@ def _drivers(m: Matrix) -> Listing:
                 "sources": list(b.sources),
             }
         )
-    return Listing(f"Driver branches (as of {m.as_of})", headers, rows, records)
+    return Listing(f"Driver branches (as of {m.as_of})", headers, rows, records, ("releases",))
 
 
 def _cuda(m: Matrix) -> Listing:
@@ -243,7 +251,7 @@ def _frameworks(m: Matrix) -> Listing:
                         "evidence": b.evidence,
                     }
                 )
-    return Listing("Framework builds", headers, rows, records)
+    return Listing("Framework builds", headers, rows, records, ("index", "CUDA runtime"))
 
 
 def _images(m: Matrix) -> Listing:
@@ -297,7 +305,7 @@ def _images(m: Matrix) -> Listing:
                 "source": i.source,
             }
         )
-    return Listing(f"{m.image_repository} tags", headers, rows, records)
+    return Listing(f"{m.image_repository} tags", headers, rows, records, ("flavours", "example tag"))
 
 
 def _example_tag(i: Any) -> str:
@@ -425,7 +433,13 @@ def _stacks(m: Matrix) -> Listing:
                         "evidence": list(b.evidence),
                     }
                 )
-    return Listing("Stack packages (inference and training)", headers, rows, records)
+    return Listing(
+        "Stack packages (inference and training)",
+        headers,
+        rows,
+        records,
+        ("pins", "TensorRT", "artefacts", "Python", "SM floor"),
+    )
 
 
 def _stack_pins_cell(b: Any) -> str:

@@ -19,7 +19,8 @@ def _table_rows(out: str) -> dict[str, str]:
     return {line.split()[0]: line for line in out.splitlines() if line[:1].isdigit()}
 
 
-def test_every_set_numbered_past_its_toolkit_shows_it(cli, real_matrix):
+def test_every_set_numbered_past_its_toolkit_shows_it(cli, real_matrix, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")  # one line per row: this test reads the cells, not the width
     past = [i for i in real_matrix.images if i.toolkit_source is not None]
     assert {str(i.cuda) for i in past} >= {"12.8.2", "12.9.2", "13.0.3", "13.1.2"}
     r = cli("matrix", "images")
@@ -134,7 +135,8 @@ def test_each_set_shows_whether_it_is_supported_superseded_or_end_of_life(cli, r
 
 
 @pytest.mark.parametrize("fmt", ["table", "markdown"])
-def test_status_column_in_table_and_markdown(cli, fmt, real_matrix):
+def test_status_column_in_table_and_markdown(cli, fmt, real_matrix, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")  # one line per row: this test reads the cells, not the width
     r = cli("matrix", "images", "--format", fmt)
     assert r.code == 0, r.err
     superseded = next(i for i in real_matrix.images if i.eol_source and i.eol_date is None)
