@@ -389,24 +389,22 @@ def _cuda_insufficient(facts: Facts, msgs: dict[str, list[tuple[str, Message]]],
 
 # -- CUDA vs driver: the one decision doctor makes about it ---------------------------------------
 def cuda_mode(matrix: Any, driver: Any, cuda: str) -> str | None:
-    """How a driver runs an application built for CUDA ``cuda`` ("12.6"), from the catalogue:
-    ``native`` (the driver meets that release's minimum, CUDA release notes Table 3),
-    ``minor-version`` (the same CUDA major's floor, Table 2 and NVIDIA's CUDA compatibility guide:
-    no PTX JIT of newer PTX, features of the newer toolkit missing), or ``no``; None for a CUDA the
-    catalogue does not hold. ``driver`` is a parsed Version. Doctor asks this function only: issue
-    21's compatibility rule (native / minor-version / forward-compat / no) replaces its body."""
+    """How a driver runs an application built for CUDA ``cuda`` ("12.6"): issue 21's one rule,
+    provision.matrix.runs_on.decide, asked for the oldest catalogued release the prefix names —
+    ``native`` (the driver meets that release's minimum, CUDA release notes Table 3, or serves a
+    newer major), ``minor-version`` (at or above the major's Table 2 floor: no PTX JIT of newer
+    PTX, features of the newer toolkit missing) or ``no``. Forward compatibility is not assumed: an
+    application that reports "insufficient" did not load a cuda-compat libcuda, and the GPU is not
+    known here. None for a CUDA the catalogue does not hold. ``driver`` is a parsed Version."""
+    from provision.matrix.runs_on import decide, needs_for_cuda
     from provision.versions import prefix_matches
 
     releases = [c for c in matrix.cuda if prefix_matches(cuda, c.version)]
     if not releases:
         return None
     first = releases[-1]  # newest first: the last is the oldest release the prefix names
-    if driver >= first.min_driver:
-        return "native"
-    floor = matrix.minor_compat_floor(first.version.release[0])
-    if floor is not None and driver >= floor.min_driver:
-        return "minor-version"
-    return "no"
+    needs = needs_for_cuda(matrix, first, f"CUDA {first.version}")._replace(compat_package=False)
+    return decide(matrix, needs, driver).mode
 
 
 class Reach(NamedTuple):
