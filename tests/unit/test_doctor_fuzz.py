@@ -24,7 +24,8 @@ FIX = Path(__file__).resolve().parent.parent / "fixtures" / "doctor"
 
 
 def _captures() -> list[Path]:
-    own = [p for p in FIX.iterdir() if not p.name.endswith(".source.txt")]
+    own = [p for p in FIX.iterdir() if p.is_file() and not p.name.endswith(".source.txt")]
+    own += [p for p in (FIX / "bmc").iterdir() if not p.name.endswith((".source.txt", ".md"))]
     shared = []
     if SHARED_FIXTURES.is_dir():
         shared = [p for p in SHARED_FIXTURES.iterdir() if p.is_file() and not p.name.endswith((".source.txt", ".md"))]

@@ -34,7 +34,7 @@ def text(name: str) -> str:
 
 
 def test_every_fixture_names_its_origin():
-    captures = sorted(p for p in FIX.iterdir() if not p.name.endswith(".source.txt"))
+    captures = sorted(p for p in FIX.iterdir() if p.is_file() and not p.name.endswith(".source.txt"))
     assert captures, "no doctor fixtures found"
     for p in captures:
         assert (FIX / f"{p.name}.source.txt").is_file(), f"{p.name} has no .source.txt sidecar"
@@ -452,7 +452,7 @@ KIND_BY_PREFIX = {
 
 
 @pytest.mark.parametrize(
-    "path", sorted(p for p in FIX.iterdir() if not p.name.endswith(".source.txt")), ids=lambda p: p.name
+    "path", sorted(p for p in FIX.iterdir() if p.is_file() and not p.name.endswith(".source.txt")), ids=lambda p: p.name
 )
 def test_classify_own_fixtures_by_content(path):
     expected = next(kind for prefix, kind in KIND_BY_PREFIX.items() if path.name.startswith(prefix))
