@@ -364,13 +364,15 @@ def check_group_name(group: str) -> str:
 
 class FleetGroup(NamedTuple):
     group: str
-    request: dict[str, Any] | None  # plan request fields (os, gpu, pins, image_os, host_only)
+    request: dict[str, Any] | None  # plan request fields (os, gpu, platform, pins, image_os, host_only)
     lock: str | None  # or a lock file written by provision plan --lock
     images: tuple[str, ...] = ()  # image locks assigned to the group (plan locks or image.lock.json files)
 
 
-# A group is a plan request (REQUEST_KEYS) or a lock file, and may list the images it runs.
-STRING_KEYS = ("os", "gpu", "driver", "cuda", "cudnn", "framework", "policy", "mig", "image_os")
+# A group is a plan request (REQUEST_KEYS) or a lock file, and may list the images it runs. A
+# platform (compat/platforms.yaml: dgx-a100, hgx-h100-4gpu, r750xa, ...) stands in for gpu where it
+# implies one, and is checked against gpu where both are given (as `provision plan --platform`).
+STRING_KEYS = ("os", "gpu", "platform", "driver", "cuda", "cudnn", "framework", "policy", "mig", "image_os")
 REQUEST_KEYS = (*STRING_KEYS, "host_only")
 VERSION_KEYS = ("driver", "cuda", "cudnn", "framework")  # must be YAML strings: cudnn: 9.10 is the float 9.1
 FLEET_HINT = "see the README's fleet file example"
@@ -434,8 +436,6 @@ def load_fleet(path: str) -> list[FleetGroup]:
             lock = _fleet_path(spec["lock"], f"{where} lock", "lock: a100.lock.json")
             out.append(FleetGroup(group, None, os.path.join(base, lock), images))
             continue
-        if not {"os", "gpu"} <= set(spec):
-            raise InputError(f"{where} needs os and gpu", hint=f"allowed: {', '.join(allowed)}")
         request: dict[str, Any] = {}
         for key in STRING_KEYS:
             value = spec.get(key)
@@ -447,6 +447,13 @@ def load_fleet(path: str) -> list[FleetGroup]:
                     hint=f'quote it: {key}: "{value}"' if isinstance(value, (int, float)) else FLEET_HINT,
                 )
             request[key] = value
+        if "os" not in request or not {"gpu", "platform"} & set(request):  # os: null is no OS either
+            raise InputError(
+                f"{where} needs os and gpu (or a platform that implies the GPU)",
+                hint="e.g. a100: {os: rocky9, gpu: a100-pcie} or dgx: {os: ubuntu22.04, platform: dgx-h100} "
+                f"(allowed: {', '.join(allowed)})",
+            )
+        request.setdefault("gpu", None)  # the platform's GPU (PlanRequest.gpu None: the platform implies it)
         if "host_only" in spec:
             if not isinstance(spec["host_only"], bool):
                 raise InputError(
