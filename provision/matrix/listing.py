@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 if TYPE_CHECKING:  # kept import-free: the CLI reads TOPICS while it builds its commands
     from provision.matrix.model import Matrix
 
-TOPICS = ("gpus", "os", "drivers", "cuda", "cudnn", "frameworks", "images", "stacks")
+TOPICS = ("gpus", "platforms", "os", "drivers", "cuda", "cudnn", "frameworks", "images", "stacks")
 """The listings there are, in `provision matrix` order."""
 
 
@@ -93,6 +93,150 @@ def _gpus(m: Matrix) -> Listing:
     # left out in this order where the terminal is narrow: the specs `provision gpus` ranks first
     optional = ("PCI ids", "NVSwitch", "NVLink GB/s", "TDP W", "FP16/BF16/FP8 TFLOPS", "bandwidth GB/s", "form", "MIG")
     return Listing("GPUs", headers, rows, records, optional)
+
+
+def _platforms(m: Matrix) -> Listing:
+    """One row per platform (compat/platforms.yaml), or per GPU set where its facts differ with the
+    GPUs it carries (the XE9680's HGX A100 and HGX H100/H200 boards). "-": no source gives the fact
+    (the record's left_out says why); unconfirmed: the facts a doubt names."""
+    headers = (
+        "id",
+        "name",
+        "kind",
+        "GPUs",
+        "count",
+        "form",
+        "interconnect",
+        "NVSwitch",
+        "topo -m",
+        "PCIe",
+        "PSUs",
+        "inlet C",
+        "unconfirmed",
+        "sources",
+    )
+    rows, records = [], []
+    for p in m.platforms:
+        shared = (
+            _platform_psus(p),
+            f"{p.inlet_min_c:g}-{p.inlet_max_c:g}" if p.inlet_min_c is not None and p.inlet_max_c is not None else "-",
+            ", ".join(p.unconfirmed) or "-",
+            list(p.sources),
+        )
+        for gpus, generation, count, topology, pcie in _platform_sets(p):
+            rows.append(
+                (
+                    p.id,
+                    p.name,
+                    p.kind,
+                    _platform_gpus_cell(p, gpus),
+                    _platform_count_cell(p),
+                    ", ".join(p.form_factors),
+                    (p.interconnect or "-") + (" (optional)" if p.interconnect_optional else ""),
+                    _platform_nvswitch_cell(p, generation, count),
+                    "/".join(topology) or "-",
+                    f"Gen{pcie[0]} x{pcie[1]}" if pcie[0] is not None else "-",
+                    *shared,
+                )
+            )
+        records.append(
+            {
+                "id": p.id,
+                "name": p.name,
+                "aliases": list(p.aliases),
+                "kind": p.kind,
+                "gpus": {
+                    "ids": list(p.gpus),
+                    "count": p.gpu_count,
+                    "count_is": p.gpu_count_is,
+                    "form_factors": list(p.form_factors),
+                    "takes": "listed" if p.strict else "form_factor",
+                },
+                "interconnect": {
+                    "kind": p.interconnect,
+                    "optional": p.interconnect_optional,
+                    "nvswitch_generation": p.nvswitch_generation,
+                    "nvswitch_count": p.nvswitch_count,
+                },
+                "variants": [
+                    {
+                        "gpus": list(v.gpus),
+                        "nvswitch_generation": v.nvswitch_generation,
+                        "nvswitch_count": v.nvswitch_count,
+                        "topology": list(v.topology),
+                        "pcie": {"generation": v.pcie_generation, "width": v.pcie_width},
+                        "sources": list(v.sources),
+                    }
+                    for v in p.variants
+                ],
+                "topology": list(p.topology),
+                "pcie": {"generation": p.pcie_generation, "width": p.pcie_width},
+                "psus": {"count": p.psu_count, "redundancy": p.psu_redundancy},
+                "inlet_c": {"min": p.inlet_min_c, "max": p.inlet_max_c},
+                "dmi": {
+                    "vendor": list(p.dmi_vendor),
+                    "product": list(p.dmi_product),
+                    "family": list(p.dmi_family),
+                    "unverified": {field: list(values) for field, values in p.dmi_unverified},
+                },
+                "unconfirmed": list(p.unconfirmed),
+                "doubts": [{"fields": list(d.fields), "text": d.text} for d in p.doubts],
+                "left_out": dict(p.left_out),
+                "evidence": {fact: list(keys) for fact, keys in p.evidence},
+                "sources": list(p.sources),
+            }
+        )
+    # left out in this order where the terminal is narrow
+    optional = ("sources", "name", "unconfirmed", "inlet C", "PSUs", "kind")
+    return Listing("Platforms: servers and GPU baseboards", headers, rows, records, optional)
+
+
+def _platform_sets(p: Any) -> list[tuple[tuple[str, ...], Any, Any, tuple[str, ...], tuple[Any, Any]]]:
+    """(GPUs, NVSwitch generation, NVSwitch count, topology, PCIe link) per GPU set: a variant's facts
+    over the platform's own, and the platform's GPUs no variant names (all of them without variants)."""
+    sets = [
+        (
+            v.gpus,
+            v.nvswitch_generation or p.nvswitch_generation,
+            v.nvswitch_count or p.nvswitch_count,
+            v.topology or p.topology,
+            (v.pcie_generation, v.pcie_width) if v.pcie_generation else (p.pcie_generation, p.pcie_width),
+        )
+        for v in p.variants
+    ]
+    rest = tuple(g for g in p.gpus if not any(g in v.gpus for v in p.variants))
+    if rest or not sets:
+        sets.insert(0, (rest, p.nvswitch_generation, p.nvswitch_count, p.topology, (p.pcie_generation, p.pcie_width)))
+    return sets
+
+
+def _platform_gpus_cell(p: Any, gpus: tuple[str, ...]) -> str:
+    """The GPU ids a source shows in it; a server that takes any GPU of its form factors says so."""
+    if p.strict:
+        return ", ".join(gpus)
+    fits = f"any {' or '.join(p.form_factors)}"
+    return f"{', '.join(gpus)} ({fits})" if gpus else fits
+
+
+def _platform_count_cell(p: Any) -> str:
+    if p.gpu_count is None:
+        return "-"
+    return f"{'up to ' if p.gpu_count_is == 'up-to' else ''}{p.gpu_count}"
+
+
+def _platform_nvswitch_cell(p: Any, generation: Any, count: Any) -> str:
+    if p.interconnect is None:
+        return "-"
+    if p.interconnect != "nvswitch":
+        return "none"
+    gen = f"gen{generation}" if generation else "generation not sourced"
+    return f"{count}x {gen}" if count else gen
+
+
+def _platform_psus(p: Any) -> str:
+    if p.psu_count is None:
+        return "-"
+    return f"{p.psu_count} ({p.psu_redundancy})" if p.psu_redundancy else str(p.psu_count)
 
 
 def _os(m: Matrix) -> Listing:
@@ -497,6 +641,7 @@ def _stack_runtime(r: Any) -> dict[str, Any] | None:
 
 _LISTINGS = {
     "gpus": _gpus,
+    "platforms": _platforms,
     "os": _os,
     "drivers": _drivers,
     "cuda": _cuda,
