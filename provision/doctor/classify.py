@@ -1,7 +1,9 @@
 """What is this text? Decided from the content; a file name is only a tie-breaker.
 
-``classify(text, name)`` returns one of ``KINDS``. Diagnosable kinds are the collector's
-section keys (``SECTION_KEYS``) plus ``query-gpu-csv``; ``collector-bundle`` and
+``classify(text, name)`` returns one of ``KINDS``. Diagnosable kinds are the rows of the inputs
+table (``provision.doctor.inputs.INPUTS``: the collector's section keys plus ``query-gpu-csv``);
+the NVIDIA outputs are told apart here, in this order, and the rows with a recogniser after
+them, in the table's order; ``collector-bundle`` and
 ``capture-bundle`` are containers that are split into sections; everything else in ``KINDS``
 is recognised but either carries no health signal (``nvidia-smi topo -m``, ``pmon``,
 ``mig -lgip``, ``--help-query-gpu``, ``-L`` ...) or is not an NVIDIA tool's output at all, and
@@ -18,47 +20,19 @@ import json
 import re
 
 from provision.doctor import bounds
+from provision.doctor.inputs import BY_KEY, INPUTS, recognise
 from provision.doctor.parse_log import PROC_VERSION_LINE, has_kernel_prefix, is_fabric_manager_line, scan_messages
 from provision.doctor.parse_smi import NVSMI_LOG, csv_header, nvlink_gpu
 
-# The collector's section keys, in the order it prints them.
-SECTION_KEYS = (
-    "nvidia-smi-q-x",
-    "nvidia-smi-q",
-    "nvidia-smi",
-    "nvidia-smi-stderr",
-    "nvidia-smi-rc",
-    "nvlink-s",
-    "kernel-log",
-    "proc-driver-version",
-    "modules",
-    "fabricmanager-log",
-    "app-log",
-    "secure-boot",
-    "uname-r",
-    "pci-nvidia",
-)
+# The collector's section keys, in the order it prints them: the table's rows (provision.doctor.inputs).
+SECTION_KEYS = tuple(row.key for row in INPUTS if row.section)
 
 # Sections the collector may add that carry context only (listed under ``read``, not analysed).
 INFO_KEYS = frozenset({"kernel-log-source"})
 
 KINDS = {
-    # diagnosable
-    "nvidia-smi-q-x": "nvidia-smi -q -x XML",
-    "nvidia-smi-q": "nvidia-smi -q text",
-    "nvidia-smi": "the default nvidia-smi table",
-    "nvidia-smi-stderr": "nvidia-smi / NVML error output",
-    "nvidia-smi-rc": "nvidia-smi's exit code",
-    "nvlink-s": "nvidia-smi nvlink -s",
-    "kernel-log": "a kernel log (dmesg / journalctl -k)",
-    "proc-driver-version": "/proc/driver/nvidia/version",
-    "modules": "loaded kernel modules (/proc/modules or lsmod)",
-    "fabricmanager-log": "an NVIDIA fabric manager log",
-    "app-log": "application output with CUDA / framework errors",
-    "secure-boot": "mokutil --sb-state output",
-    "uname-r": "the running kernel release (uname -r)",
-    "pci-nvidia": "the NVIDIA devices on the PCI bus (sysfs)",
-    "query-gpu-csv": "nvidia-smi --query-gpu CSV",
+    # diagnosable: the table's rows
+    **{row.key: row.what for row in INPUTS},
     # containers
     "collector-bundle": "a provision doctor collector bundle",
     "capture-bundle": "a multi-command nvidia-smi capture bundle",
@@ -81,7 +55,7 @@ KINDS = {
     "xml-other": "XML that is not nvidia-smi -q -x output",
     "text": "text with no NVIDIA tool output doctor recognises",
 }
-DIAGNOSABLE = frozenset(SECTION_KEYS) | {"query-gpu-csv"}
+DIAGNOSABLE = frozenset(BY_KEY)
 CLASSIFY_LINES = 10_000
 CONTAINERS = frozenset({"collector-bundle", "capture-bundle"})
 
@@ -173,7 +147,7 @@ def classify(text: str, name: str = "") -> str:
         return "modules"
     if _SECURE_BOOT.search(text):
         return "secure-boot"
-    kind = _other_nvidia(text, lines)
+    kind = _other_nvidia(text, lines) or recognise(text)
     if kind:
         return kind
     return _foreign(stripped, name)

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import codecs
 import os
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from provision.doctor import bounds, parse_log, parse_smi
+from provision.doctor import bounds, parse_log
 from provision.doctor.classify import (
     DIAGNOSABLE,
     INFO_KEYS,
@@ -27,12 +26,13 @@ from provision.doctor.classify import (
     split_bundle,
     split_capture_bundle,
 )
+from provision.doctor.facts import Facts
+from provision.doctor.inputs import BY_KEY, run_rules
 from provision.doctor.model import Finding, Read, Report, sort_findings, worse
 from provision.doctor.parse_smi import ParseFailure
 from provision.doctor.rules import gpu_rules, nvlink_rules, persistence_rule
-from provision.doctor.rules_host import KERNEL_RELEASE, host_rules, smi_hung_rule
+from provision.doctor.rules_host import host_rules, smi_hung_rule
 from provision.doctor.rules_log import (
-    Facts,
     cut_rules,
     fabric_rules,
     kernel_rules,
@@ -48,7 +48,6 @@ HINT = (
     "application logs with CUDA/framework errors, /proc/driver/nvidia/version, lsmod or /proc/modules, "
     "mokutil --sb-state, and collector or nvidia-smi capture bundles"
 )
-_STRUCTURED = {"nvidia-smi-q-x", "nvidia-smi-q", "nvidia-smi", "nvlink-s", "query-gpu-csv"}
 
 
 class _Collector:
@@ -101,130 +100,22 @@ def _analyse(key: str, text: str, source: str, facts: Facts, reads: list[Read]) 
     if not text.strip():
         reads.append(Read(source, key, "empty: not analysed", analysed=False))
         return
-    if key in _STRUCTURED:
-        try:
-            _structured(key, text, source, facts, reads)
-        except ParseFailure:
-            messages = parse_log.scan_messages(text)
-            if not messages:
-                raise
-            facts.messages.extend((source, m) for m in messages)
-            reads.append(Read(source, "nvidia-smi-stderr", f"error output instead of {KINDS[key]}"))
-        return
-    handler = _HANDLERS.get(key)
-    if handler is None:
+    row = BY_KEY.get(key)
+    if row is None:
         shown = _first_line(text)[:80] if key in INFO_KEYS else "unknown section"
         reads.append(Read(source, key, f"{shown}: not analysed", analysed=False))
         return
-    reads.append(Read(source, key, handler(text, source, facts)))
-
-
-def _kernel_log(text: str, source: str, facts: Facts) -> str:
-    log = parse_log.parse_kernel_log(text)
-    facts.kernel.append((source, log))
-    return log.summary()
-
-
-def _fabric_log(text: str, source: str, facts: Facts) -> str:
-    events, count = parse_log.parse_fabric_manager(text)
-    facts.fabric.append((source, events))
-    return f"{count} log lines, {len(events)} error(s)"
-
-
-def _messages(text: str, source: str, facts: Facts) -> str:
-    messages = parse_log.scan_messages(text)
-    facts.messages.extend((source, m) for m in messages)
-    return f"{len(messages)} known message line(s)"
-
-
-def _app_log(text: str, source: str, facts: Facts) -> str:
-    facts.app_texts.append(text)
-    return _messages(text, source, facts)
-
-
-def _smi_rc(text: str, source: str, facts: Facts) -> str:
-    m = _EXIT_CODE.search(text[: bounds.MAX_LINE])
-    if not m:
-        raise ParseFailure("not an exit code")
-    facts.smi_rc = int(m[0])
-    return f"exit code {facts.smi_rc}"
-
-
-def _proc_version(text: str, source: str, facts: Facts) -> str:
-    version = parse_log.parse_proc_version(text)
-    if version:
-        facts.module_version = (version, source)
-    return f"kernel module {version}" if version else "no 'NVRM version' line"
-
-
-def _modules(text: str, source: str, facts: Facts) -> str:
-    names = parse_log.parse_modules(text)
-    facts.modules = (facts.modules or set()) | names
-    nv = sorted(n for n in names if n.startswith(("nvidia", "nouveau")))
-    return f"{len(names)} modules ({', '.join(nv) or 'no nvidia/nouveau'})"
-
-
-def _secure_boot(text: str, source: str, facts: Facts) -> str:
-    facts.secure_boot = parse_log.parse_secure_boot(text)
-    return "Secure Boot " + {True: "enabled", False: "disabled", None: "unknown"}[facts.secure_boot]
-
-
-def _uname(text: str, source: str, facts: Facts) -> str:
-    release = text[: bounds.MAX_LINE].split(maxsplit=1)[0]
-    if not KERNEL_RELEASE.fullmatch(release):  # it goes into the commands a fix names
-        raise ParseFailure("not a kernel release")
-    facts.uname = release
-    return release
-
-
-def _pci(text: str, source: str, facts: Facts) -> str:
-    scan = parse_log.parse_pci(text)
-    facts.pci = scan
-    if scan is None:
-        return "PCI devices not readable"
-    gpus = scan.gpus()
-    return f"{scan.scanned} PCI devices, {len(gpus)} NVIDIA GPU(s)" + (
-        f" and {len(scan.nvidia) - len(gpus)} other NVIDIA function(s)" if len(scan.nvidia) > len(gpus) else ""
-    )
-
-
-_HANDLERS = {
-    "kernel-log": _kernel_log,
-    "fabricmanager-log": _fabric_log,
-    "nvidia-smi-stderr": _messages,
-    "app-log": _app_log,
-    "nvidia-smi-rc": _smi_rc,
-    "proc-driver-version": _proc_version,
-    "modules": _modules,
-    "secure-boot": _secure_boot,
-    "uname-r": _uname,
-    "pci-nvidia": _pci,
-}
-_EXIT_CODE = re.compile(r"-?\b\d{1,5}\b")
-
-
-def _structured(key: str, text: str, source: str, facts: Facts, reads: list[Read]) -> None:
-    if key == "nvlink-s":
-        gpus = parse_smi.parse_nvlink(text)
-        facts.nvlink.append((source, gpus))
-        reads.append(Read(source, key, f"{len(gpus)} GPU(s), {sum(len(g.links) for g in gpus)} links"))
+    if not row.structured:
+        reads.append(Read(source, key, row.read(text, source, facts)))
         return
-    parser = {
-        "nvidia-smi-q-x": parse_smi.parse_xml,
-        "nvidia-smi-q": parse_smi.parse_q_text,
-        "nvidia-smi": parse_smi.parse_table,
-        "query-gpu-csv": parse_smi.parse_csv,
-    }[key]
-    result = parser(text, source)
-    facts.gpus.extend(result.gpus)
-    if result.driver_version:
-        facts.driver_versions.append((result.driver_version, source))
-    if result.cuda_version:
-        facts.cuda_versions.append((result.cuda_version, source))
-    scan = "\n".join(result.messages) if key == "nvidia-smi-q-x" else text
-    facts.messages.extend((source, m) for m in parse_log.scan_messages(scan))
-    driver = f", driver {result.driver_version}" if result.driver_version else ""
-    reads.append(Read(source, key, f"{len(result.gpus)} GPU(s){driver}"))
+    try:
+        reads.append(Read(source, key, row.read(text, source, facts)))
+    except ParseFailure:
+        messages = parse_log.scan_messages(text)
+        if not messages:
+            raise
+        facts.messages.extend((source, m) for m in messages)
+        reads.append(Read(source, "nvidia-smi-stderr", f"error output instead of {KINDS[key]}"))
 
 
 def _report(facts: Facts, reads: list[Read], matrix: Any) -> Report:
@@ -244,6 +135,7 @@ def _report(facts: Facts, reads: list[Read], matrix: Any) -> Report:
     unreadable_rules(facts, out.add)
     cut_rules(facts, out.add)
     host_rules(facts, matrix, out.add)
+    run_rules(facts, out.add)  # the inputs table's own rules
     return Report(sort_findings(list(out.found.values())), tuple(reads))
 
 
