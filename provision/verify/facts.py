@@ -105,6 +105,65 @@ MIG_LGI = "nvidia-smi mig -lgi"
 DNF_KERNEL_SECURITY = "dnf -q updateinfo list --security --available 'kernel*' 2>/dev/null"
 MODULE_OPTIONS_FILE = "/etc/modprobe.d/provision-nvidia.conf"  # the nvidia_driver role's
 
+# -- the server around the GPUs (provision/verify/checks/check_server.py; a plan with a platform) ---
+# each GPU's PCIe link as nvidia-smi reports it: generation and width, now and at most
+PCIE_FIELDS = ("index", "pcie.link.gen.current", "pcie.link.gen.max", "pcie.link.width.current", "pcie.link.width.max")
+PCIE_QUERY = f"nvidia-smi --query-gpu={','.join(PCIE_FIELDS)} --format=csv,noheader"
+NVLINK_STATUS = "nvidia-smi nvlink -s"  # each GPU's NVLinks: a speed, or <inactive>
+TOPOLOGY = "nvidia-smi topo -m"  # the relation between every pair of GPUs (NV#, PIX, PXB, PHB, NODE, SYS)
+DMI_DIR = "/sys/class/dmi/id"  # read-only files the firmware fills (SMBIOS type 1 and 2)
+DMI_DIR_VARIABLE = "verify_dmi_dir"  # host variable naming another folder (the test fleet's stand-in)
+DMI_FILES = ("sys_vendor", "product_name", "board_name")
+DMI_VALUE_LIMIT = 256  # characters read of each DMI file (real values are a few dozen)
+SERVER_CHECKS = ("server-dmi", "server-gpus", "server-nvlink", "server-topology", "server-pcie")
+NVLINK_KINDS = ("nvswitch", "nvlink", "nvlink-bridge")  # interconnects whose GPUs have NVLinks
+
+
+def dmi_dir(hostvars: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(the folder the DMI check reads, None) or (None, why the inventory's value is refused): an
+    absolute path of printable ASCII without '..', at most 256 characters."""
+    value = hostvars.get(DMI_DIR_VARIABLE, DMI_DIR)
+    if (
+        not isinstance(value, str)
+        or not value.startswith("/")
+        or len(value) > 256
+        or not all(32 < ord(c) < 127 for c in value)
+        or ".." in value.split("/")
+    ):
+        return None, f"{DMI_DIR_VARIABLE} is {str(value)[:60]!r}, not an absolute path (printable, no '..')"
+    return value.rstrip("/") or "/", None
+
+
+def dmi_command(folder: str) -> str:
+    """One line per DMI_FILES entry, in order: '+' and the file's first DMI_VALUE_LIMIT characters with
+    control characters removed (a value cannot start another line), or '-' when it cannot be read."""
+    quoted = shlex.quote(folder)
+    return (
+        f"for f in {' '.join(DMI_FILES)}; do if [ -r {quoted}/$f ]; then "
+        f"printf '+%s\\n' \"$(head -c {DMI_VALUE_LIMIT} {quoted}/$f | tr -d '\\000-\\037\\177')\"; "
+        "else echo -; fi; done"
+    )
+
+
+def server_commands(target, wanted) -> tuple[list[str], list[str], bool]:
+    """(cheap reads, nvidia-smi commands, whether they read nvidia-smi's GPU table) of the server
+    checks selected by `wanted`, for a plan with a platform."""
+    server = getattr(target.plan, "server", None)
+    if server is None:
+        return [], [], False
+    first: list[str] = []
+    gpu: list[str] = []
+    folder, _ = dmi_dir(target.hostvars or {})
+    if wanted("server-dmi") and folder and (server.dmi_vendor or server.dmi_product):
+        first.append(dmi_command(folder))
+    if wanted("server-pcie") and (server.pcie_generation or server.pcie_width):
+        gpu.append(PCIE_QUERY)
+    if wanted("server-nvlink") and server.interconnect in NVLINK_KINDS:
+        gpu.append(NVLINK_STATUS)
+    if wanted("server-topology") and server.topology:
+        gpu.append(TOPOLOGY)
+    return first, gpu, any(wanted(c) for c in SERVER_CHECKS if c != "server-dmi")
+
 
 def read_command(path: str) -> str:
     return f"cat {shlex.quote(path)}"
@@ -156,7 +215,9 @@ def planned_commands(target, checks: set[str] | None = None) -> list[str]:
     docker = engine(hv) == "docker"
     sm = plan.subnet_manager if flag(hv, "nvidia_driver_subnet_manager") else None
     images = wanted("image-runs") and bool(target.images)  # it reads the driver and GPUs nvidia-smi reports
-    smi_checks = wanted("nvidia-smi") or wanted("gpus") or wanted("persistence") or images
+    # the server checks read the GPUs nvidia-smi lists (SMI_QUERY) before their own commands
+    server_first, server_gpu, server_smi = server_commands(target, wanted)
+    smi_checks = wanted("nvidia-smi") or wanted("gpus") or wanted("persistence") or images or server_smi
     mig = bool(target.mig) and flag(target.mig, "provision_mig_enabled") and wanted("mig")
     first = ["true", DETECT_VIRT, CONTAINER_MARKERS, read_command("/etc/os-release")]
     late: list[str] = []
@@ -199,7 +260,7 @@ def planned_commands(target, checks: set[str] | None = None) -> list[str]:
         gpu.append(MIG_LGI)
     if wanted("fabric-manager") and plan.fabric_manager is not None:
         gpu.append(FABRIC_MANAGER_VERSION)
-    return list(dict.fromkeys(first + gpu + late))
+    return list(dict.fromkeys(first + server_first + gpu + server_gpu + late))
 
 
 def _bounded(rc: int, res, stopped: int | None) -> Result:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import http.client
 import http.server
+import json
 import os
 import re
 import shutil
@@ -25,6 +26,48 @@ import yaml
 PAYLOAD = Path(__file__).resolve().parent.parent / "fakegpu" / "payload"
 # `nvidia-smi mig -lgip` / `-lgipp` output of real GPUs (tests/fakegpu/captures/SOURCES.md)
 CAPTURES = Path(__file__).resolve().parent.parent / "fakegpu" / "captures"
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+# Real captures the fake nvidia-smi and fakegpu-dmi print, installed with the driver package in
+# /usr/share/fakegpu/captures: `nvidia-smi nvlink -s` and the pcie query (tests/fakegpu/captures/SOURCES.md),
+# `nvidia-smi topo -m` and `dmidecode -t 1` (tests/fixtures/platforms, each with its .source.txt)
+SERVER_CAPTURES = (
+    *sorted(p for p in CAPTURES.glob("*.txt") if p.name.startswith(("nvlink-s__", "pcie__"))),
+    *sorted(p for p in (FIXTURES / "platforms").glob("*.txt") if not p.name.endswith(".source.txt")),
+)
+SERVER_CAPTURES_DIR = "/usr/share/fakegpu/captures"
+DMI_DIR = "/opt/fakegpu/dmi"  # where fakegpu-dmi writes the DMI files (verify_dmi_dir)
+# Real BMC captures (tests/fixtures/doctor/bmc, each with its .source.txt) the kit's ipmitool prints
+BMC_CAPTURES = FIXTURES / "doctor" / "bmc"
+# gpu.json "bmc" -> {the ipmitool command as its caller spells it (-I open dropped): capture}. A
+# scenario answers only the commands it has a real capture of (of that command, on that BMC).
+BMC_SCENARIOS = {
+    # ipmitool/ipmitool#176: PSU redundancy lost; `sdr` prints "0x00 | ok", `-v sdr` the asserted state
+    "psu-failed": {
+        "sdr": "intel-naming__ipmitool-sdr__pwr-unit-redund-0x00-ok.txt",
+        "sdr list": "intel-naming__ipmitool-sdr__pwr-unit-redund-0x00-ok.txt",
+        "-v sdr": "intel-naming__ipmitool-sdr-get-v__pwr-unit-redund-redundancy-lost-asserted.txt",
+        "-v sdr list": "intel-naming__ipmitool-sdr-get-v__pwr-unit-redund-redundancy-lost-asserted.txt",
+        "-v sdr elist": "intel-naming__ipmitool-sdr-get-v__pwr-unit-redund-redundancy-lost-asserted.txt",
+        'sdr get "Pwr Unit Redund" -v': "intel-naming__ipmitool-sdr-get-v__pwr-unit-redund-redundancy-lost-asserted.txt",
+    },
+    # a Dell R320 (iDRAC7): Fan3B and Fan4B at 0 RPM, critical
+    "fan-failed": {"sdr list full": "dell-idrac7__ipmitool-sdr-list-full__r320-fan3b-fan4b-0rpm-cr.txt"},
+    # OpenBMC: ambient 46 C over its upper critical 40 C while the status column reads ok
+    "hot-inlet": {
+        "sensor": "openbmc__ipmitool-sensor-list__ambient-temp-46c-over-ucr-40-reads-ok.txt",
+        "sensor list": "openbmc__ipmitool-sensor-list__ambient-temp-46c-over-ucr-40-reads-ok.txt",
+    },
+    # healthy BMCs
+    "healthy-hpe": {
+        "sensor": "hpe-ilo4__ipmitool-sensor__dl360p-g8-healthy-partial.txt",
+        "sensor list": "hpe-ilo4__ipmitool-sensor__dl360p-g8-healthy-partial.txt",
+    },
+    "healthy-dell": {
+        "sdr elist": "dell-idrac__ipmitool-sdr-elist-all__healthy-partial.txt",
+        "sdr elist all": "dell-idrac__ipmitool-sdr-elist-all__healthy-partial.txt",
+        "sdr type temperature": "dell-idrac6__ipmitool-sdr-type-temperature__r510-healthy.txt",
+    },
+}
 # the fleet's fake GPU kinds (tests/integration/conftest.py GPUS) -> their (-lgip, -lgipp) captures
 MIG_CAPTURES = {
     "a100": ("a100-80gb-pcie.lgip.txt", "a100-sxm4-40gb.lgipp.txt"),
@@ -297,7 +340,7 @@ def driver_packages(names: list[str], version: str) -> list[Package]:
         "if [ -d /run/systemd/system ]; then systemctl daemon-reload || true; fi\n"
         "systemctl enable fakegpu-boot.service >/dev/null 2>&1 || true"
     )
-    postinst = fail_check + "\n" + activate
+    postinst = fail_check + "\n" + activate + "\n/usr/lib/fakegpu/fakegpu-dmi || true"
     packages = [
         Package(
             core,
@@ -309,15 +352,33 @@ def driver_packages(names: list[str], version: str) -> list[Package]:
                 "/usr/bin/nvidia-persistenced": (PAYLOAD / "nvidia-persistenced", 0o755),
                 "/lib/systemd/system/nvidia-persistenced.service": (persistenced_unit, 0o644),
                 "/usr/lib/fakegpu/driver-version": (version + "\n", 0o644),
+                "/usr/lib/fakegpu/fakegpu-dmi": (PAYLOAD / "fakegpu-dmi", 0o755),
+                **{f"{SERVER_CAPTURES_DIR}/{p.name}": (p, 0o644) for p in SERVER_CAPTURES},
             },
             postinst=postinst,
             rpm_pre=fail_check,
-            rpm_post=activate,
+            rpm_post=activate + "\n/usr/lib/fakegpu/fakegpu-dmi || true",
             description=f"fakegpu stand-in for the NVIDIA driver {version}",
         )
     ]
     packages += [Package(n, f"{version}-1", depends=[f"{core} (= {version}-1)"]) for n in others]
     return packages
+
+
+def ipmitool_package() -> Package:
+    """The kit's ipmitool (Debian's package name): payload/ipmitool, the BMC captures it prints and
+    their source notes, and its scenarios (BMC_SCENARIOS). For the site's Debian mirror (DEBIAN_REPO)."""
+    used = sorted({name for scenario in BMC_SCENARIOS.values() for name in scenario.values()})
+    files: dict[str, tuple[Path | str, int]] = {
+        "/usr/bin/ipmitool": (PAYLOAD / "ipmitool", 0o755),
+        "/usr/share/fakegpu/bmc/scenarios.json": (json.dumps(BMC_SCENARIOS, indent=2) + "\n", 0o644),
+    }
+    for name in used:
+        files[f"/usr/share/fakegpu/bmc/{name}"] = (BMC_CAPTURES / name, 0o644)
+        files[f"/usr/share/fakegpu/bmc/{name}.source.txt"] = (BMC_CAPTURES / f"{name}.source.txt", 0o644)
+    return Package(
+        "ipmitool", "1.8.19-4", files=files, description="fakegpu stand-in for ipmitool (prints real BMC captures)"
+    )
 
 
 def fabric_manager_packages(names: list[str], version: str) -> list[Package]:

@@ -19,8 +19,18 @@ from provision.plan.model import PlanRequest
 from provision.plan.resolve import resolve
 from provision.plan.runs import image_needs
 from provision.verify import Target, batch
-from provision.verify.checks import check_containers, check_driver, check_images, check_system
-from provision.verify.facts import KERNEL_LOG, HostFacts, Result, planned_commands, secure_boot_command
+from provision.verify.checks import check_containers, check_driver, check_images, check_server, check_system
+from provision.verify.facts import (
+    KERNEL_LOG,
+    NVLINK_STATUS,
+    PCIE_QUERY,
+    TOPOLOGY,
+    HostFacts,
+    Result,
+    dmi_command,
+    planned_commands,
+    secure_boot_command,
+)
 
 LOCAL = testinfra.get_host("local://")
 SSH = Connection("ssh", "h")
@@ -235,7 +245,14 @@ def plans(real_matrix):
         "rocky": resolve(real_matrix, PlanRequest("rocky9", "h100-sxm")),  # fabric manager
         "b200": resolve(real_matrix, PlanRequest("ubuntu22.04", "b200")),  # NVLink Subnet Manager
         "gh200": resolve(real_matrix, PlanRequest("ubuntu22.04", "gh200")),  # module options
+        # a platform: the server checks (DMI, count, PCIe, NVLink, topology) and Fabric Manager from it
+        "dgx-a100": resolve(real_matrix, PlanRequest("ubuntu22.04", "a100-sxm4-80gb", platform="dgx-a100")),
+        "r750xa": resolve(real_matrix, PlanRequest("debian12", "a100-pcie", platform="r750xa")),
     }
+
+
+CAPTURES = Path(__file__).resolve().parents[1] / "fakegpu" / "captures"
+PLATFORMS = Path(__file__).resolve().parents[1] / "fixtures" / "platforms"
 
 
 MIG = {
@@ -243,6 +260,14 @@ MIG = {
     "provision_mig_layout": [{"profile": "4g.40gb", "placement": 0}, {"profile": "3g.40gb", "placement": 4}],
 }
 LGI = "|   0  MIG 3g.40gb          9        2          4:4     |\n|   0  MIG 4g.40gb          5        1          0:4     |\n"
+
+
+def nvlink_up(count: int) -> str:
+    """`nvidia-smi nvlink -s` of `count` A100 SXM4 GPUs with every link up: the captured GPU 0 block
+    (tests/fakegpu/captures, a DGX-class A100) for each GPU index."""
+    text = (CAPTURES / "nvlink-s__a100-sxm4-80gb-x2.txt").read_text()
+    block = text[: text.index("GPU 1:")]
+    return "".join(block.replace("GPU 0:", f"GPU {i}:", 1) for i in range(count))
 
 
 def healthy(plan, mig=False, **override):
@@ -258,7 +283,17 @@ def healthy(plan, mig=False, **override):
     )
     os_id = {"Ubuntu": "ubuntu", "Debian": "debian", "Rocky": "rocky"}[plan.os.distribution]
     modes = "Enabled, Enabled" if mig else "Disabled, Disabled"
+    count = plan.server.gpu_count if plan.server is not None and plan.server.gpu_count_is == "exact" else 1
+    smi = "".join(
+        f"{i}, {plan.gpu.name}, 0x{plan.gpu.pci_device_ids[0][2:].upper()}10DE, {driver}, Enabled, {modes}\n"
+        for i in range(count)
+    )
     script = {
+        # the server checks' answers, from real captures (before "nvidia-smi --query-gpu": a prefix of this one)
+        PCIE_QUERY: Res(0, "".join(f"{i}, 1, 4, 16, 16\n" for i in range(count))),  # an idle Gen4 x16 link
+        NVLINK_STATUS: Res(0, nvlink_up(count) if count > 1 else ""),
+        TOPOLOGY: Res(0, (PLATFORMS / "topo-m__dgx-a100__nv12.txt").read_text()),
+        dmi_command("/sys/class/dmi/id"): Res(0, "+NVIDIA\n+DGXA100 920-23687-2531-001\n-\n"),
         "true": Res(0),
         "systemd-detect-virt": Res(1, "none\n"),
         "for f in /.dockerenv": Res(0, ""),
@@ -291,9 +326,7 @@ def healthy(plan, mig=False, **override):
             0, "".join(f'{o.option.removeprefix("NVreg_")}: "{o.value}"\n' for o in plan.driver.module_options)
         ),
         KERNEL_LOG: Res(0, ""),
-        "nvidia-smi --query-gpu": Res(
-            0, f"0, {plan.gpu.name}, 0x{plan.gpu.pci_device_ids[0][2:].upper()}10DE, {driver}, Enabled, {modes}\n"
-        ),
+        "nvidia-smi --query-gpu": Res(0, smi),
         "nvidia-smi mig -lgi": Res(0, LGI),
         "nv-fabricmanager --version": Res(0, f"Fabric Manager version is : {driver}\n"),
         "nvidia-ctk --version": Res(0, f"NVIDIA Container Toolkit CLI version {plan.container_toolkit.version}\n"),
@@ -304,7 +337,8 @@ def healthy(plan, mig=False, **override):
 
 
 CHECKS = [
-    f for module in (check_system, check_driver, check_containers, check_images) for f in vars(module).values()
+    f for module in (check_system, check_driver, check_containers, check_images, check_server)
+    for f in vars(module).values()
     if callable(f) and hasattr(f, "provision_check")
 ]  # fmt: skip
 
@@ -345,6 +379,11 @@ def run_check(check, facts, catalogue=None):
         # a fleet group's images (its own plan's image part): image-runs reads nvidia-smi too
         ("debian", {"images": "own"}, {}),
         ("rocky", {"images": "own"}, {"nvidia-smi --query-gpu": Res(0, "0, X, 0x233010DE, 550.163.01, E, D, D\n")}),
+        # a platform: the server checks read their commands from the batch too
+        ("dgx-a100", {}, {}),
+        ("r750xa", {}, {}),
+        ("dgx-a100", {}, {PCIE_QUERY: Res(0, "0, 1, 4, 8, 16\n"), NVLINK_STATUS: Res(0, "")}),  # x8, no NVLink
+        ("r750xa", {}, {dmi_command("/sys/class/dmi/id"): Res(0, "-\n-\n-\n")}),  # DMI unreadable: a warning
     ],
 )
 def test_every_check_reads_the_same_from_one_round_trip(plans, real_matrix, name, target_args, override):

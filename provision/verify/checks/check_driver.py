@@ -8,6 +8,8 @@ import shlex
 
 import pytest
 
+from provision.errors import InputError
+from provision.hostpool import ansible_boolean
 from provision.verify.checks import assert_packages, check, fail, first_line, need_smi
 from provision.verify.facts import FABRIC_MANAGER_VERSION, LINE_LIMIT, MIG_LGI, MODULE_OPTIONS_FILE
 from provision.verify.settings import flag
@@ -78,16 +80,43 @@ def check_driver_packages(facts, plan, target, evidence):
     assert_packages(facts, packages, flag(target.hostvars, "nvidia_driver_hold"), evidence)
 
 
-@check("fabric-manager", "the fabric manager runs exactly when planned, at the driver's version")
+@check("fabric-manager", "Fabric Manager runs where the interconnect needs it, at the driver's version")
 def check_fabric_manager(facts, plan, evidence):
+    """The plan decides (its platform's interconnect where it has one, else the GPU's NVSwitch), and
+    what the plan decided is what apply installed and started: a host that differs fails, also
+    where compat/platforms.yaml doubts the platform's interconnect (the message says so)."""
     active, enabled = facts.systemd("nvidia-fabricmanager")
     evidence(f"nvidia-fabricmanager: {active}, {enabled}")
-    if plan.fabric_manager is None:
+    server = getattr(plan, "server", None)
+    doubt = (
+        f" (compat/platforms.yaml marks the interconnect of {server.id} unconfirmed: if this board has NVSwitches, "
+        "plan it with an NVSwitch platform)"
+        if server is not None and "interconnect" in server.unconfirmed
+        else ""
+    )
+    needed = server.fabric_manager if server is not None else plan.fabric_manager is not None
+    if not needed:
         if active == "active":
+            if server is not None:
+                fail(
+                    f"nvidia-fabricmanager runs, but {server.name} has no NVSwitch ({_interconnect(server)}): "
+                    f"the plan has no fabric manager{doubt}"
+                )
             fail("nvidia-fabricmanager runs on a host without NVSwitch: the plan has no fabric manager")
         return
+    if plan.fabric_manager is None:  # lockcheck keeps a plan from saying both: a hand-edited document
+        fail(f"{server.name} needs Fabric Manager, but the plan installs none: make the plan again")
+    start = _fabric_manager_start(facts.target.hostvars or {})
+    if not start and active != "active":
+        pytest.skip(
+            "nvidia_driver_fabric_manager_start is false for this host: apply installs Fabric Manager, never starts it"
+        )
     if active != "active" or enabled != "enabled":
-        fail(f"nvidia-fabricmanager is {active}/{enabled}: NVSwitch GPUs stay unusable for CUDA without it")
+        board = f"{server.name}'s NVSwitch baseboard" if server is not None else "NVSwitch"
+        fail(
+            f"nvidia-fabricmanager is {active}/{enabled}: Fabric Manager down, the GPUs on {board} stay unusable "
+            "for CUDA without it (systemctl enable --now nvidia-fabricmanager; journalctl -u nvidia-fabricmanager)"
+        )
     res = facts.run(FABRIC_MANAGER_VERSION)
     first = first_line(res.text)
     match = re.search(r"(\d{1,4}\.\d{1,4}(?:\.\d{1,4})?)", res.out[:LINE_LIMIT])
@@ -97,6 +126,26 @@ def check_fabric_manager(facts, plan, evidence):
             f"fabric manager {match.group(1) if match else 'version unknown'}; it must equal the driver "
             f"({plan.fabric_manager.version})"
         )
+
+
+def _interconnect(server) -> str:
+    kind = server.interconnect
+    if kind == "nvlink":
+        return "NVLink between the GPUs on the board"
+    if kind == "nvlink-bridge":
+        return "NVLink bridges between PCIe cards"
+    return "PCIe only" if kind == "none" else f"interconnect {kind or 'not catalogued'}"
+
+
+def _fabric_manager_start(hostvars) -> bool:
+    """nvidia_driver_fabric_manager_start as the role reads it (default true); a value Ansible would
+    not read as a boolean fails the check naming it."""
+    value = hostvars.get("nvidia_driver_fabric_manager_start", True)
+    try:
+        return ansible_boolean(value, "nvidia_driver_fabric_manager_start")
+    except InputError as exc:
+        fail(f"{exc}: write true or false")
+        raise
 
 
 @check("subnet-manager", "the NVLink Subnet Manager is installed, held, loaded and running when planned")
