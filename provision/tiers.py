@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 from xml.sax.saxutils import escape, quoteattr
 
-from provision.matrix.model import Gpu, Matrix
+from provision.matrix.model import Gpu, Matrix, Platform
 
 # GPU-to-GPU bandwidth of a board without NVLink: its PCIe x16 link, both directions (NVLink figures
 # in the catalogue are bidirectional totals too), from gpus.yaml `pcie`; PCIe Gen4 x16 where the
@@ -335,6 +335,88 @@ def rank(matrix: Matrix, workload_id: str = DEFAULT_WORKLOAD, gpus: Iterable[str
         ratio = total / best
         ranked.append(RankedGpu(number, gpu, total, ratio, tier_for(ratio), wl.id, terms))
     return ranked
+
+
+# -- a platform: its GPUs and per-node figures ---------------------------------------------------
+# `provision gpus --platform X` ranks the GPUs the platform takes (a system or baseboard: those it
+# lists; a server: any GPU of its form factors) and adds per-node figures computed from catalogued
+# facts only: the platform's GPU count (compat/platforms.yaml) times the GPU's memory, and times its
+# NVLink bandwidth where the board links every GPU by NVLink (NVSwitch, or NVLink without one).
+# Scores stay the GPU's own, normalised to the whole catalogue.
+
+NODE_HEADERS = ("node memory", "node NVLink")
+
+_INTERCONNECT_WORDS = {
+    "nvswitch": "NVSwitch",
+    "nvlink": "NVLink without NVSwitch",
+    "nvlink-bridge": "NVLink bridges between pairs",
+    "none": "PCIe only, no NVLink",
+}
+
+
+class NodeFigures(NamedTuple):
+    """One GPU model in a platform, per node: None where the catalogue does not give the factors."""
+
+    count: int | None  # GPUs per node (platforms.yaml gpus.count)
+    up_to: bool  # the count is a maximum (a host may hold fewer)
+    memory_gb: float | None  # count x the GPU's memory
+    nvlink_gbs: float | None  # count x the GPU's NVLink bandwidth, where the board NVLinks every GPU
+
+    def to_dict(self) -> dict:
+        return {
+            "gpu_count": self.count,
+            "count_is": None if self.count is None else ("up-to" if self.up_to else "exact"),
+            "memory_gb": self.memory_gb,
+            "nvlink_gbs": self.nvlink_gbs,
+        }
+
+
+def platform_gpus(matrix: Matrix, platform: Platform) -> list[str]:
+    """The catalogued GPUs the platform takes, in catalogue order (Platform.takes)."""
+    return [g.id for g in matrix.gpus if platform.takes(g)]
+
+
+def node_figures(platform: Platform, gpu: Gpu) -> NodeFigures:
+    count = platform.gpu_count
+    up_to = platform.gpu_count_is == "up-to"
+    if count is None:
+        return NodeFigures(None, False, None, None)
+    linked = platform.interconnect in ("nvswitch", "nvlink") and gpu.nvlink_bandwidth_gbs
+    return NodeFigures(count, up_to, count * gpu.memory_gb, count * gpu.nvlink_bandwidth_gbs if linked else None)
+
+
+def platform_summary(platform: Platform) -> str:
+    """``NVIDIA DGX H100 (8x, NVSwitch)``: the platform, its GPU count and interconnect."""
+    if platform.gpu_count is None:
+        count = "any count"
+    else:
+        count = f"{'up to ' if platform.gpu_count_is == 'up-to' else ''}{platform.gpu_count}x"
+    link = _INTERCONNECT_WORDS.get(platform.interconnect or "", "interconnect not catalogued")
+    if platform.interconnect_optional:
+        link = "optional " + link
+    return f"{platform.name} ({count}, {link})"
+
+
+def node_cells(figures: NodeFigures) -> list[str]:
+    prefix = "up to " if figures.up_to else ""
+    return [
+        "-" if figures.memory_gb is None else f"{prefix}{figures.memory_gb:,.0f} GB",
+        "-" if figures.nvlink_gbs is None else f"{prefix}{figures.nvlink_gbs:,.0f} GB/s",
+    ]
+
+
+def node_legend(platform: Platform) -> str:
+    """What the per-node columns are, for this platform; scores stay the GPU's own."""
+    own = "scores and the other columns are the GPU's own"
+    if platform.gpu_count is None:
+        return f"{platform.id} has no catalogued GPU count: no per-node figures; {own}"
+    count = f"{'up to ' if platform.gpu_count_is == 'up-to' else ''}{platform.gpu_count}"
+    text = f"node memory: {count} x the GPU's memory"
+    if platform.interconnect in ("nvswitch", "nvlink"):
+        text += f"; node NVLink: {count} x the GPU's NVLink bandwidth (both directions, as gpus.yaml gives it)"
+    else:
+        text += f"; no node NVLink: {platform.id} does not NVLink every GPU on a board"
+    return f"{text}; {own}"
 
 
 def explain(workload_id: str, width: int = 92) -> str:

@@ -33,12 +33,69 @@ def mig_group():
 
 
 def _gpu_option(f):
+    f = click.option(
+        "--platform",
+        "platform_id",
+        metavar="PLATFORM",
+        help="The server or baseboard (provision matrix platforms): gives the GPU where it takes one model, "
+        "refuses a --gpu it does not take, and counts the layout on each of its GPUs.",
+    )(f)
     return click.option(
         "--gpu",
-        required=True,
         metavar="GPU",
-        help="MIG-capable GPU id, alias or group: a100-80gb, a100-sxm4-40gb, h100-sxm, h100-pcie, h200, b200, a30, …",
+        help="MIG-capable GPU id, alias or group: a100-80gb, a100-sxm4-40gb, h100-sxm, h100-pcie, h200, b200, a30, "
+        "… (required without --platform).",
     )(f)
+
+
+def _gpu_of(matrix, gpu: str | None, platform_id: str | None):
+    """(the GPU ident to plan for, the platform or None): --gpu, or the one --platform implies (its
+    one GPU model, or the catalogued group of exactly its models), held to what the platform takes."""
+    from provision.errors import InputError
+
+    if platform_id is None:
+        if gpu is None:
+            raise InputError(
+                "no GPU given",
+                hint="name a MIG-capable GPU with --gpu (provision matrix gpus), or a server with --platform "
+                "(provision matrix platforms)",
+            )
+        return gpu, None
+    from provision.plan.model import PlanRequest
+    from provision.plan.resolve import gpu_ident, platform_refusal
+
+    platform = matrix.platform(platform_id)  # UnknownId: did you mean
+    # the plan's own rule (provision plan --platform): the request's OS plays no part in it
+    ident = gpu_ident(matrix, PlanRequest(os="", gpu=gpu, platform=platform.id), platform)
+    refused = platform_refusal(matrix, platform, matrix.gpu_members(ident)[1])
+    if refused is not None:  # names the platform's form factor and the GPUs it takes
+        raise InputError(refused[0], hint=refused[1])
+    return ident, platform
+
+
+def per_node(platform, instances: int) -> str:
+    """How the layout counts on the platform: on each of its GPUs (mig-parted's devices: all)."""
+    head = f"on {platform.name} ({platform.id}): the layout applies to each"
+    if platform.gpu_count is None:
+        return f"{head} of its GPUs (no catalogued GPU count): {plural(instances, 'instance')} per GPU"
+    up_to = "up to " if platform.gpu_count_is == "up-to" else ""
+    total = platform.gpu_count * instances
+    return (
+        f"{head} of its {up_to}{platform.gpu_count} GPUs: {up_to}{platform.gpu_count} x {instances} = "
+        f"{up_to}{plural(total, 'instance')} per node"
+    )
+
+
+def node_doc(platform, instances: int) -> dict:
+    count = platform.gpu_count
+    return {
+        "id": platform.id,
+        "name": platform.name,
+        "gpu_count": count,
+        "count_is": platform.gpu_count_is,
+        "instances_per_gpu": instances,
+        "instances_per_node": None if count is None else count * instances,
+    }
 
 
 @mig_group.command("plan")
@@ -71,7 +128,7 @@ def _gpu_option(f):
     "--out-vars", type=click.Path(dir_okay=False), help="Also write the Ansible provision_mig_* variables (YAML) here."
 )
 @click.pass_context
-def plan_cmd(ctx, *, gpu, layout, fill, name, device_filter, fmt, out_config, out_vars):
+def plan_cmd(ctx, *, gpu, platform_id, layout, fill, name, device_filter, fmt, out_config, out_vars):
     """Check a MIG layout against the GPU's real placements and lay it out.
 
     A layout is valid when every instance gets a start slot `nvidia-smi mig -lgipp` allows
@@ -82,6 +139,10 @@ def plan_cmd(ctx, *, gpu, layout, fill, name, device_filter, fmt, out_config, ou
     The table shows each instance's start slot, profile, profile id, memory (GiB), compute
     slices, SMs and the memory slots it occupies (map: # its slots, . the others), then what is
     used and free. The table fits the terminal's width (COLUMNS, else the terminal, else 100).
+
+    --platform (provision matrix platforms) gives the GPU where the server or baseboard takes one
+    model (--platform dgx-h100: h100-sxm), refuses a --gpu it does not take, and says the layout
+    applies to each of its GPUs (mig-parted's devices: all) with the instances per node.
     """
     from provision.mig.parted import ansible_vars, mig_parted_yaml
     from provision.mig.planner import gpu_profile_set, plan_layout
@@ -89,15 +150,18 @@ def plan_cmd(ctx, *, gpu, layout, fill, name, device_filter, fmt, out_config, ou
     check_output(out_config, "--out-config")
     check_output(out_vars, "--out-vars")
     matrix = load_matrix(ctx)
-    canonical, profile_set, members = gpu_profile_set(matrix, gpu)
+    ident, platform = _gpu_of(matrix, gpu, platform_id)
+    canonical, profile_set, members = gpu_profile_set(matrix, ident)
     pci_ids = tuple(dict.fromkeys(p for g in members for p in g.pci_device_ids))
     plan = plan_layout(
         profile_set, layout, fill, gpu=canonical, name=name, pci_device_ids=pci_ids, device_filter=device_filter
     )
     if fmt in FLAT:
-        sys.stdout.write(plan_text(plan, fmt, terminal_width()))
+        sys.stdout.write(plan_text(plan, fmt, terminal_width(), platform=platform))
     else:
         doc = plan.to_dict()
+        if platform is not None:
+            doc["platform"] = node_doc(platform, len(plan.instances))
         sys.stdout.write(dumps_json(doc) if fmt == "json" else dumps_yaml(doc))
     if (note := plan.note()) is not None:
         echo_wrapped(f"note: {note}", err=True)
@@ -132,7 +196,7 @@ def plan_cmd(ctx, *, gpu, layout, fill, name, device_filter, fmt, out_config, ou
 )
 @click.option("--format", "fmt", type=click.Choice(["table", "markdown", "json"]), default="table", show_default=True)
 @click.pass_context
-def suggest_cmd(ctx, *, gpu, services, min_memory, top, fmt):
+def suggest_cmd(ctx, *, gpu, platform_id, services, min_memory, top, fmt):
     """Propose MIG layouts with N instances of at least a given memory each.
 
     Each suggestion has exactly N instances of the GPU's plain profiles (a +me, +gfx or -me
@@ -142,20 +206,27 @@ def suggest_cmd(ctx, *, gpu, services, min_memory, top, fmt):
     fewest compute slices left unused, then the largest smallest instance, then the most balanced.
     Each row's --layout goes to `provision mig plan --layout` or `provision plan --mig`. When none
     fits, exit 2 names the most instances of that memory and the most memory N instances can have.
+
+    --platform gives the GPU where the server or baseboard takes one model, refuses a --gpu it does
+    not take, and counts N on each of its GPUs (instances per node).
     """
     from provision.mig.planner import gpu_profile_set, placements_note
     from provision.mig.suggest import parse_memory, refusal, suggest
 
     floor = parse_memory(min_memory) if min_memory is not None else None
     matrix = load_matrix(ctx)
-    canonical, profile_set, _ = gpu_profile_set(matrix, gpu)
+    ident, platform = _gpu_of(matrix, gpu, platform_id)
+    canonical, profile_set, _ = gpu_profile_set(matrix, ident)
     result = suggest(profile_set, services, floor)
     if not result.ranked:
         raise refusal(result, canonical)
     if fmt == "json":
-        sys.stdout.write(dumps_json(suggestions_doc(result, canonical, top)))
+        doc = suggestions_doc(result, canonical, top, platform)
+        if platform is not None:
+            doc["platform"] = node_doc(platform, services)
+        sys.stdout.write(dumps_json(doc))
     else:
-        sys.stdout.write(suggest_text(result, canonical, top, fmt, terminal_width()))
+        sys.stdout.write(suggest_text(result, canonical, top, fmt, terminal_width(), platform=platform))
     if (note := placements_note(profile_set)) is not None:
         echo_wrapped(f"note: {note}", err=True)
     return 0
@@ -237,7 +308,7 @@ def plan_summary(plan) -> list[str]:
     return lines
 
 
-def plan_text(plan, fmt: str, width: int) -> str:
+def plan_text(plan, fmt: str, width: int, *, platform=None) -> str:
     from provision.mig.planner import layout_text
 
     ps = plan.profile_set
@@ -247,13 +318,16 @@ def plan_text(plan, fmt: str, width: int) -> str:
     unknown = any(None in (i.profile.id, i.profile.memory_gib, i.profile.sms) for i in plan.instances)
     footer = "?: not in compat/mig.yaml (no -lgip capture of this GPU gives it)" if unknown else None
     pointer = "mig-parted config and Ansible variables: --format yaml|json, or --out-config FILE --out-vars FILE"
+    summary = plan_summary(plan)
+    if platform is not None:
+        summary.append(per_node(platform, len(plan.instances)))
     if fmt == "markdown":
         table_md = markdown_table(PLAN_HEADERS, plan_rows(plan, markdown=True)).rstrip("\n")
-        return "\n\n".join([title, table_md, *plan_summary(plan), *([footer] if footer else []), pointer]) + "\n"
+        return "\n\n".join([title, table_md, *summary, *([footer] if footer else []), pointer]) + "\n"
     out = [*wrap_text(title, width), ""]
     out += table_lines(PLAN_HEADERS, plan_rows(plan), width=width, right={0, 2, 3, 4, 5})
     out.append("")
-    for line in [*plan_summary(plan), *([footer] if footer else []), pointer]:
+    for line in [*summary, *([footer] if footer else []), pointer]:
         out += wrap_text(line, width)
     return "\n".join(out) + "\n"
 
@@ -289,15 +363,16 @@ def suggest_rows(result, top: int, markdown: bool = False) -> list[list[str]]:
     ]
 
 
-def _commands(result, gpu: str) -> list[str]:
+def _commands(result, gpu: str, platform=None) -> list[str]:
     best = result.ranked[0].layout
+    on = f" --platform {platform.id}" if platform is not None else ""
     return [
-        f"provision mig plan --gpu {gpu} --layout {best}",
+        f"provision mig plan{on} --gpu {gpu} --layout {best}",
         f"provision plan --os OS --gpu {gpu} --mig {best}",
     ]
 
 
-def _suggest_lines(result, gpu: str, top: int) -> tuple[str, list[str]]:
+def _suggest_lines(result, gpu: str, top: int, platform=None) -> tuple[str, list[str]]:
     ps, floor = result.profile_set, result.floor
     each = f" of at least {floor.text()} each" if floor else ""
     title = f"MIG layouts of {_where(gpu, ps.id)}: {plural(result.services, 'instance')}{each}"
@@ -313,12 +388,14 @@ def _suggest_lines(result, gpu: str, top: int) -> tuple[str, list[str]]:
         )
     if any(s.smallest_gib is None for s in result.ranked[:top]):
         notes.append("?: memory not in compat/mig.yaml (no -lgip capture of this GPU gives it)")
+    if platform is not None:
+        notes.append(per_node(platform, result.services))
     return title, notes
 
 
-def suggest_text(result, gpu: str, top: int, fmt: str, width: int) -> str:
-    title, notes = _suggest_lines(result, gpu, top)
-    commands = _commands(result, gpu)
+def suggest_text(result, gpu: str, top: int, fmt: str, width: int, *, platform=None) -> str:
+    title, notes = _suggest_lines(result, gpu, top, platform)
+    commands = _commands(result, gpu, platform)
     if fmt == "markdown":
         parts = [f"{title}; {notes[0]}"]
         parts.append(markdown_table(SUGGEST_HEADERS, suggest_rows(result, top, markdown=True)).rstrip("\n"))
@@ -336,8 +413,9 @@ def suggest_text(result, gpu: str, top: int, fmt: str, width: int) -> str:
     return "\n".join(out) + "\n"
 
 
-def suggestions_doc(result, gpu: str, top: int) -> dict:
+def suggestions_doc(result, gpu: str, top: int, platform=None) -> dict:
     ps, floor = result.profile_set, result.floor
+    on = f" --platform {platform.id}" if platform is not None else ""
     return {
         "gpu": gpu,
         "profile_set": ps.id,
@@ -355,7 +433,7 @@ def suggestions_doc(result, gpu: str, top: int) -> dict:
                 "compute_slices": {"used": s.compute_used, "total": ps.compute_slices},
                 "memory_slots": {"used": s.memory_used, "total": ps.memory_slices},
                 "smallest_memory_gib": s.smallest_gib,
-                "mig_plan": f"provision mig plan --gpu {gpu} --layout {s.layout}",
+                "mig_plan": f"provision mig plan{on} --gpu {gpu} --layout {s.layout}",
             }
             for rank, s in enumerate(result.ranked[:top], 1)
         ],

@@ -30,7 +30,7 @@ def table_rows(out: str, headers: list[str]) -> list[dict[str, str]]:
     assert [lines[rule - 1][a:b].strip() for a, b in spans] == headers
     rows = []
     for line in lines[rule + 1 :]:
-        if not line.strip() or line.startswith(("left out", "  ")):
+        if not line.strip() or line.startswith("left out"):
             break
         cells = [line[a : (spans[n + 1][0] if n + 1 < len(spans) else None)].strip() for n, (a, _) in enumerate(spans)]
         rows.append(dict(zip(headers, cells, strict=True)))
@@ -191,3 +191,194 @@ def test_the_table_fits_the_terminal(cli, monkeypatch, width):
         assert token in r.out.split() or f"{token}," in r.out.split() or f"{token}:" in r.out.split(), token
     if width >= 100:
         assert re.search(r"^-+  -+", r.out, re.M), "a table, not blocks"
+
+
+# -- provision gpus --platform ----------------------------------------------------------------
+GPU_COLUMNS = ["rank", "tier", "gpu", "name", "score", "training blend", "memory", "memory bandwidth", "GPU-to-GPU"]
+
+
+def test_gpus_ranks_only_a_systems_gpus_with_per_node_figures(cli, monkeypatch, real_matrix):
+    r = wide(cli, monkeypatch, "gpus", "--platform", "dgx-a100")
+    assert "GPU tiers: Training (single node and multi-GPU) on NVIDIA DGX A100 (8x, NVSwitch)" in r.out
+    rows = table_rows(r.out, [*GPU_COLUMNS, "node memory", "node NVLink"])
+    assert [row["gpu"] for row in rows] == ["a100-sxm4-80gb", "a100-sxm4-40gb"]
+    by_gpu = {row["gpu"]: row for row in rows}
+    assert by_gpu["a100-sxm4-80gb"]["node memory"] == "640 GB"  # 8 x 80 GB
+    assert by_gpu["a100-sxm4-40gb"]["node memory"] == "320 GB"
+    assert by_gpu["a100-sxm4-80gb"]["node NVLink"] == "4,800 GB/s"  # 8 x 600 GB/s
+    # the scores are the GPU's own: the same as in the whole catalogue's ranking
+    everything = {row["gpu"]: row for row in table_rows(wide(cli, monkeypatch, "gpus").out, GPU_COLUMNS)}
+    assert by_gpu["a100-sxm4-80gb"]["score"] == everything["a100-sxm4-80gb"]["score"]
+    assert by_gpu["a100-sxm4-80gb"]["tier"] == everything["a100-sxm4-80gb"]["tier"]
+    assert "node memory: 8 x the GPU's memory; node NVLink: 8 x the GPU's NVLink bandwidth" in r.out
+
+
+def test_gpus_on_a_four_gpu_board_counts_four_and_names_its_nvlink(cli, monkeypatch):
+    r = wide(cli, monkeypatch, "gpus", "--platform", "hgx-h100-4gpu")
+    assert "on NVIDIA HGX H100 4-GPU (4x, NVLink without NVSwitch)" in r.out
+    (row,) = table_rows(r.out, [*GPU_COLUMNS, "node memory", "node NVLink"])
+    assert (row["gpu"], row["node memory"], row["node NVLink"]) == ("h100-sxm", "320 GB", "3,600 GB/s")
+
+
+def test_gpus_on_a_server_ranks_every_gpu_of_its_form_and_no_node_nvlink(cli, monkeypatch, real_matrix):
+    r = wide(cli, monkeypatch, "gpus", "--platform", "r750xa")
+    assert "on Dell PowerEdge R750xa (up to 4x, optional NVLink bridges between pairs)" in r.out
+    rows = table_rows(r.out, [*GPU_COLUMNS, "node memory"])  # bridges are optional: no node NVLink column
+    pcie = [g.id for g in real_matrix.gpus if g.form_factor == "pcie"]
+    assert sorted(row["gpu"] for row in rows) == sorted(pcie)
+    h100 = next(row for row in rows if row["gpu"] == "h100-pcie")
+    assert h100["node memory"] == "up to 320 GB"
+    assert "no node NVLink: r750xa does not NVLink every GPU on a board" in r.out
+
+
+def test_gpus_json_carries_the_node_figures(cli):
+    r = cli("gpus", "--platform", "hgx-a100-4gpu", "--format", "json")
+    assert r.code == 0, r
+    records = json.loads(r.out)
+    assert [rec["id"] for rec in records] == ["a100-sxm4-80gb", "a100-sxm4-40gb"]
+    assert records[0]["platform"] == {
+        "id": "hgx-a100-4gpu",
+        "gpu_count": 4,
+        "count_is": "exact",
+        "memory_gb": 320,
+        "nvlink_gbs": 2400,
+    }
+    generic = json.loads(cli("gpus", "--platform", "pcie-server", "--gpu", "t4", "--format", "json").out)
+    assert generic[0]["platform"] == {
+        "id": "pcie-server",
+        "gpu_count": None,
+        "count_is": None,
+        "memory_gb": None,
+        "nvlink_gbs": None,
+    }
+
+
+def test_gpus_with_a_gpu_the_platform_takes_ranks_that_one(cli, monkeypatch):
+    r = wide(cli, monkeypatch, "gpus", "--platform", "dgx-a100", "--gpu", "a100-sxm4-40gb")
+    rows = table_rows(r.out, [*GPU_COLUMNS, "node memory", "node NVLink"])
+    assert [row["gpu"] for row in rows] == ["a100-sxm4-40gb"]
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "hint"),
+    [
+        (
+            ["--platform", "r750xa", "--gpu", "h100-sxm"],
+            "error: platform r750xa (Dell PowerEdge R750xa) takes PCIe cards; h100-sxm is an SXM5 module",
+            "h100-pcie",
+        ),
+        (
+            ["--platform", "dgx-a100", "--gpu", "a100-80gb"],  # a group: its PCIe member is refused
+            "error: platform dgx-a100 (NVIDIA DGX A100) takes SXM4 modules; a100-pcie-80gb is a PCIe card",
+            "a100-sxm4-80gb",
+        ),
+        (["--platform", "dgx-h10"], "error: unknown platform 'dgx-h10'", "did you mean dgx-h100?"),
+    ],
+)
+def test_gpus_refuses_a_gpu_the_platform_does_not_take(cli, args, error, hint):
+    r = cli("gpus", *args)
+    assert r.code == 2, r
+    lines = r.err.splitlines()
+    assert error in lines
+    assert any(line.startswith("hint: ") and hint in line for line in lines), r
+    assert r.out == ""
+
+
+# -- provision mig plan / suggest --platform ----------------------------------------------------
+def test_mig_plan_takes_the_gpu_from_the_platform_and_counts_it_per_node(cli, monkeypatch):
+    r = wide(cli, monkeypatch, "mig", "plan", "--platform", "dgx-h100", "--layout", "3g.40gb,2x2g.20gb")
+    assert r.out.startswith("MIG layout 3g.40gb,2x2g.20gb on h100-sxm (profile set h100-sxm5-80gb)")
+    assert "on NVIDIA DGX H100 (dgx-h100): the layout applies to each of its 8 GPUs: 8 x 3 = 24 instances per node" in (
+        r.out
+    )
+    alone = wide(cli, monkeypatch, "mig", "plan", "--gpu", "h100-sxm", "--layout", "3g.40gb,2x2g.20gb")
+    assert "per node" not in alone.out
+    assert (
+        r.out.replace(
+            "on NVIDIA DGX H100 (dgx-h100): the layout applies to each of its 8 GPUs: 8 x 3 = 24 instances per node\n",
+            "",
+        )
+        == alone.out
+    ), "the same layout; the platform adds its count"
+
+
+def test_mig_plan_json_and_up_to_counts(cli):
+    r = cli("mig", "plan", "--platform", "r750xa", "--gpu", "a100-pcie-80gb", "--fill", "1g.10gb", "--format", "json")
+    assert r.code == 0, r
+    doc = json.loads(r.out)
+    assert doc["gpu"] == "a100-pcie-80gb"
+    assert doc["platform"] == {
+        "id": "r750xa",
+        "name": "Dell PowerEdge R750xa",
+        "gpu_count": 4,
+        "count_is": "up-to",
+        "instances_per_gpu": 7,
+        "instances_per_node": 28,
+    }
+    text = cli("mig", "plan", "--platform", "r750xa", "--gpu", "a100-pcie-80gb", "--fill", "1g.10gb").out
+    assert "each of its up to 4 GPUs: up to 4 x 7 = up to 28 instances per node" in " ".join(text.split())
+
+
+@pytest.mark.parametrize("command", [["plan", "--layout", "7g.80gb"], ["suggest", "--services", "2"]])
+@pytest.mark.parametrize(
+    ("args", "error", "hint"),
+    [
+        (
+            ["--platform", "r750xa", "--gpu", "h100-sxm"],
+            "error: platform r750xa (Dell PowerEdge R750xa) takes PCIe cards; h100-sxm is an SXM5 module",
+            "--gpu h100-pcie",
+        ),
+        (
+            ["--platform", "xe9680", "--gpu", "b200"],
+            "error: platform xe9680 (Dell PowerEdge XE9680) takes SXM4 modules or SXM5 modules; b200 is an SXM module",
+            "--gpu h200",
+        ),
+        (
+            ["--platform", "dgx-a100"],
+            "error: platform dgx-a100 (NVIDIA DGX A100) takes 2 GPU models: --gpu must say which",
+            "--gpu a100-sxm4-40gb or --gpu a100-sxm4-80gb",
+        ),
+        (["--platform", "hgx-h100"], "error: unknown platform 'hgx-h100'", "did you mean"),
+        ([], "error: no GPU given", "--platform"),
+    ],
+    ids=["pcie-server", "sxm-board", "two-models", "unknown", "neither"],
+)
+def test_mig_refuses_what_the_platform_does_not_take(cli, command, args, error, hint):
+    r = cli("mig", command[0], *args, *command[1:])
+    assert r.code == 2, r
+    lines = r.err.splitlines()
+    assert error in lines, r
+    assert any(line.startswith("hint: ") and hint in line for line in lines), r
+    assert "Traceback" not in r.err
+
+
+def test_mig_suggest_counts_the_services_on_each_gpu(cli, monkeypatch):
+    r = wide(cli, monkeypatch, "mig", "suggest", "--platform", "hgx-h100-4gpu", "--services", "3")
+    assert r.out.startswith("MIG layouts of h100-sxm (profile set h100-sxm5-80gb): 3 instances")
+    assert "on NVIDIA HGX H100 4-GPU (hgx-h100-4gpu): the layout applies to each of its 4 GPUs: 4 x 3 = 12" in r.out
+    assert "provision mig plan --platform hgx-h100-4gpu --gpu h100-sxm --layout 3g.40gb,2x2g.20gb" in r.out
+    doc = json.loads(cli("mig", "suggest", "--platform", "hgx-h100-4gpu", "--services", "3", "--format", "json").out)
+    assert doc["platform"]["instances_per_node"] == 12
+    assert doc["suggestions"][0]["mig_plan"].startswith("provision mig plan --platform hgx-h100-4gpu --gpu h100-sxm ")
+    # the command it prints works as printed
+    layout = doc["suggestions"][0]["layout"]
+    assert cli("mig", "plan", "--platform", "hgx-h100-4gpu", "--gpu", "h100-sxm", "--layout", layout).code == 0
+
+
+@pytest.mark.parametrize("width", [60, 80, 100])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["gpus", "--platform", "r750xa", "--rank", "inference"],
+        ["gpus", "--platform", "dgx-h100"],
+        ["mig", "plan", "--platform", "dgx-h100", "--layout", "3g.40gb,2x2g.20gb"],
+        ["mig", "suggest", "--platform", "hgx-h100-4gpu", "--services", "3"],
+    ],
+    ids=["gpus-server", "gpus-system", "mig-plan", "mig-suggest"],
+)
+def test_platform_output_fits_the_terminal(cli, monkeypatch, width, args):
+    monkeypatch.setenv("COLUMNS", str(width))
+    r = cli(*args)
+    assert r.code == 0, r
+    commands = [line for line in r.out.splitlines() if line.startswith("  provision ")]  # never wrapped
+    assert max(len(line) for line in r.out.splitlines() if line not in commands) <= width
