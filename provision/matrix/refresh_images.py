@@ -17,10 +17,20 @@ key). A row from another source that upstream does not list (a newer release tha
 copy) is not compared. ``eol`` is compared one way: a release upstream lists as end of life must
 carry ``eol``; a supported listing does not clear an ``eol`` that records a newer update found
 elsewhere (NVIDIA's doc can lag its own dist/ tree).
+
+A recorded copy without ``doc/supported-tags.md`` may list its image sets by their Dockerfiles
+instead: ``TREE.txt`` beside its SOURCE.txt names ``dist/<cuda>/<os dir>/<flavour>[/<marker>]/Dockerfile``
+paths, one a line (parse_tree); a path under ``dist/end-of-life/`` lists an end-of-life tag.
+
+``platforms`` is compared and written only for the releases whose ``dist/<cuda>/cuda-platforms.json``
+the source holds: the architectures it lists for every OS of the row, narrowed, for a row with
+cudnn tags, by ``cudnn-platforms.json`` or, without one, by the ``base-<arch>`` stages of the cudnn
+Dockerfiles the row's cuDNN is read from. Only amd64: no ``platforms`` (the images.yaml default).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
@@ -140,6 +150,92 @@ def parse_tags(text: str) -> dict[str, Listed]:
     return out
 
 
+TREE = "TREE.txt"
+_TREE_PATH = re.compile(
+    r"^dist/(?P<eol>end-of-life/)?(?P<cuda>\d+\.\d+\.\d+)/(?P<os>[a-z]+[0-9][0-9.]*)/"
+    r"(?P<flavour>base|runtime|devel)(?:/(?P<marker>cudnn\d*))?/Dockerfile$"
+)
+
+
+def os_suffix(directory: str) -> str:
+    """A dist/ OS directory's tag suffix: ubuntu2204 -> ubuntu22.04 (os_dir's inverse)."""
+    m = re.match(r"^ubuntu(\d\d)(\d\d)$", directory)
+    return f"ubuntu{m[1]}.{m[2]}" if m else directory
+
+
+def parse_tree(text: str) -> tuple[dict[str, Listed], dict[str, Listed]]:
+    """(supported, end of life) tags of a TREE.txt: each ``dist/[end-of-life/]<cuda>/<os dir>/<flavour>
+    [/<marker>]/Dockerfile`` line is the tag ``<cuda>-[<marker>-]<flavour>-<os>``; ``#`` lines and
+    blank lines are skipped, any other line is refused."""
+    supported: dict[str, Listed] = {}
+    ended: dict[str, Listed] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = _TREE_PATH.match(line)
+        if not m:
+            raise ImagesRefreshError(
+                f"{TREE} line {number}: not a dist/<cuda>/<os>/<flavour>[/<marker>]/Dockerfile path"
+            )
+        listed = (ended if m["eol"] else supported).setdefault(m["cuda"], Listed())
+        flavour = f"cudnn-{m['flavour']}" if m["marker"] else m["flavour"]
+        if flavour == "cudnn-base":
+            continue
+        listed.os.setdefault(os_suffix(m["os"]), set()).add(flavour)
+        if m["marker"]:
+            if listed.marker not in (None, m["marker"]):
+                raise ImagesRefreshError(f"CUDA {m['cuda']}: cudnn markers {listed.marker} and {m['marker']}")
+            listed.marker = m["marker"]
+    return supported, ended
+
+
+_ARCH = {"x86_64": "linux/amd64", "amd64": "linux/amd64", "arm64": "linux/arm64"}
+_STAGE = re.compile(r"^FROM\s+\S+\s+AS\s+base-(?P<arch>amd64|arm64)\s*$", re.M | re.I)
+
+
+def parse_platforms(text: str, where: str) -> dict[str, set[str]]:
+    """{os suffix: {linux/amd64, linux/arm64, ...}} of a cuda-platforms.json or cudnn-platforms.json."""
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise ImagesRefreshError(f"{where}: not JSON ({exc})") from None
+    if not isinstance(doc, dict) or not all(
+        isinstance(k, str) and isinstance(v, list) and all(a in _ARCH for a in v) for k, v in doc.items()
+    ):
+        raise ImagesRefreshError(f"{where}: expected {{os: [x86_64|arm64, ...]}}")
+    return {k: {_ARCH[a] for a in v} for k, v in doc.items()}
+
+
+def dockerfile_arches(dockerfile: str) -> set[str]:
+    """The platforms a multi-arch Dockerfile builds: its ``FROM ... AS base-<arch>`` stages
+    (a single-arch Dockerfile has none: linux/amd64)."""
+    return {_ARCH[m["arch"].lower()] for m in _STAGE.finditer(dockerfile)} or {"linux/amd64"}
+
+
+def _platforms(
+    get: Get, base: str, oses: list[str], cudnn_oses: list[str], cudnn_files: dict[str, str]
+) -> list[str] | bool | None:
+    """A row's ``platforms`` values from ``base``/cuda-platforms.json (False: the source holds no such
+    file, nothing to say); None when only linux/amd64."""
+    text = get(f"{base}/cuda-platforms.json")
+    if text is None:
+        return False
+    listed = parse_platforms(text, f"{base}/cuda-platforms.json")
+    arches = set.intersection(*(listed.get(o, set()) for o in oses)) if oses else set()
+    if cudnn_oses:
+        cudnn_text = get(f"{base}/cudnn-platforms.json")
+        if cudnn_text is not None:
+            cudnn = parse_platforms(cudnn_text, f"{base}/cudnn-platforms.json")
+            arches &= set.intersection(*(cudnn.get(o, set()) for o in cudnn_oses))
+        else:
+            arches &= set.intersection(*(dockerfile_arches(cudnn_files[o]) for o in cudnn_oses))
+    if "linux/amd64" not in arches:
+        raise ImagesRefreshError(f"{base}/cuda-platforms.json: not every OS of the row is built for x86_64")
+    values = [p for p in ("linux/amd64", "linux/arm64") if p in arches]
+    return values if len(values) > 1 else None
+
+
 def parse_cudnn(dockerfile: str) -> str:
     """``NV_CUDNN_VERSION`` of a cudnn Dockerfile, without the package release: "9.14.0.64"."""
     found = {m["v"] for m in _CUDNN.finditer(dockerfile)}
@@ -169,12 +265,18 @@ def upstream_rows(
     catalogue keeps few of them, and each costs its Dockerfiles."""
     oses = list(oses)
     supported_text = get("doc/supported-tags.md")
-    if supported_text is None:
-        raise ImagesRefreshError("doc/supported-tags.md is missing")
-    supported = parse_tags(supported_text)
-    if not supported:
-        raise ImagesRefreshError("doc/supported-tags.md lists no nvidia/cuda tags (an empty or truncated copy?)")
-    ended = parse_tags(get("doc/unsupported-tags.md") or "")
+    tree = get(TREE) if supported_text is None else None
+    if tree is not None:
+        supported, ended = parse_tree(tree)
+        if not supported:
+            raise ImagesRefreshError(f"{TREE} lists no supported image set")
+    else:
+        if supported_text is None:
+            raise ImagesRefreshError("doc/supported-tags.md is missing")
+        supported = parse_tags(supported_text)
+        if not supported:
+            raise ImagesRefreshError("doc/supported-tags.md lists no nvidia/cuda tags (an empty or truncated copy?)")
+        ended = parse_tags(get("doc/unsupported-tags.md") or "")
     rows: dict[str, dict[str, Any]] = {}
     for eol, listing in ((True, ended), (False, supported)):  # supported wins over a stale EOL entry
         for cuda, listed in listing.items():
@@ -186,14 +288,16 @@ def upstream_rows(
             flavours = set().union(*(listed.os[o] for o in present))
             with_cudnn = [o for o in present if "cudnn-runtime" in listed.os[o] or "cudnn-devel" in listed.os[o]]
             cudnn = None
+            base = f"dist/end-of-life/{cuda}" if eol else f"dist/{cuda}"
+            cudnn_files: dict[str, str] = {}
             if with_cudnn:
                 versions = set()
                 for o in with_cudnn:
-                    base = f"dist/end-of-life/{cuda}" if eol else f"dist/{cuda}"
                     path = f"{base}/{os_dir(o)}/runtime/{listed.marker}/Dockerfile"
                     text = get(path)
                     if text is None:
                         raise ImagesRefreshError(f"{path} is missing (listed: {cuda}-{listed.marker}-runtime-{o})")
+                    cudnn_files[o] = text
                     versions.add(parse_cudnn(text))
                 if len(versions) != 1:
                     raise ImagesRefreshError(f"CUDA {cuda}: different cuDNN builds per OS: {sorted(versions)}")
@@ -207,6 +311,9 @@ def upstream_rows(
                 "cudnn": cudnn,
                 "eol": eol,
             }
+            platforms = _platforms(get, base, present, with_cudnn, cudnn_files)
+            if platforms is not False:
+                rows[cuda]["platforms"] = platforms
     return rows
 
 
@@ -223,6 +330,7 @@ def catalogue_rows(images: dict[str, Any]) -> dict[str, tuple[dict[str, Any], st
             "flavours": [f for f in FLAVOURS if f in r["flavours"]],
             "cudnn": cudnn,
             "eol": r.get("eol") is not None,
+            "platforms": list(r["platforms"]["values"]) if r.get("platforms") else None,
         }
         out[r["cuda"]] = (row, r["source"])
     return out
@@ -247,6 +355,8 @@ def compare(
             continue  # end-of-life releases the catalogue does not list: nothing to plan with
         if theirs is not None and mine is not None and mine["eol"] and not theirs["eol"]:
             theirs = dict(theirs, eol=True)  # a supersession recorded from a newer source stands
+        if mine is not None and (theirs is None or "platforms" not in theirs):
+            mine = {k: v for k, v in mine.items() if k != "platforms"}  # the source says nothing of them
         if mine is not None:
             old.append(mine)
         if theirs is not None:
@@ -414,6 +524,8 @@ def write(compat: Path, get: Get, owned_keys: str | set[str], key: str) -> tuple
     replaced: dict[str, dict[str, Any]] = {}
     for cuda, up in theirs.items():
         mine = committed.get(cuda, (None, None))[0]
+        if mine is not None and "platforms" not in up:
+            mine = {k: v for k, v in mine.items() if k != "platforms"}
         if mine == up:
             continue
         existing = by_cuda.get(cuda, {})
@@ -424,14 +536,18 @@ def write(compat: Path, get: Get, owned_keys: str | set[str], key: str) -> tuple
             eol = {"date": None, "superseded_by": max(newer, key=_key) if newer else None, "source": key}
         # the fields this source owns are replaced; others (platforms, ...) are kept in place
         row: dict[str, Any] = {"cuda": cuda, "os": up["os"], "flavours": up["flavours"], "cudnn": up["cudnn"]}
-        row.update({k: v for k, v in existing.items() if k not in (*row, "eol", "source")})
+        if up.get("platforms"):  # kept with its own source while the values stand
+            same = (existing.get("platforms") or {}).get("values") == up["platforms"]
+            row["platforms"] = existing["platforms"] if same else {"values": up["platforms"], "source": key}
+        skip = ("eol", "source", "platforms") if "platforms" in up else ("eol", "source")
+        row.update({k: v for k, v in existing.items() if k not in (*row, *skip)})
         if "toolkit" not in row and cuda not in releases:
             ended = {c for c, up_row in upstream.items() if up_row["eol"]}
             ended |= {c for c, (mine_row, _) in committed.items() if mine_row["eol"]}
             row["toolkit"] = toolkit_of(get, up, releases, ended, key)
         if eol is not None:
             row["eol"] = eol
-        row.update({k: v for k, v in existing.items() if k not in (*row, "source")})
+        row.update({k: v for k, v in existing.items() if k not in (*row, *skip)})
         row["source"] = key
         replaced[cuda] = row
     if not replaced:

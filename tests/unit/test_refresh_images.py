@@ -205,9 +205,13 @@ def test_2026_rows_carry_the_cudnn_of_nvidias_rockylinux9_dockerfiles(cuda):
     assert row["cudnn"]["version"] == refresh_images.parse_cudnn(dockerfile)
 
 
-def test_a_partial_copy_is_refused_by_from(capsys):
-    """A broken recorded copy is bad input (exit 2); exit 1 means only that --check found drift."""
-    assert refresh.main(["--source", "images", "--check", "--from", str(COPY_2026)]) == 2
+def test_a_partial_copy_is_refused_by_from(tmp_path, capsys):
+    """A broken recorded copy is bad input (exit 2); exit 1 means only that --check found drift.
+    The 2026 copy without its TREE.txt lists no tags at all."""
+    copy = tmp_path / "copy"
+    shutil.copytree(COPY_2026, copy)
+    (copy / "TREE.txt").unlink()
+    assert refresh.main(["--source", "images", "--check", "--from", str(copy)]) == 2
     err = capsys.readouterr().err
     assert "supported-tags.md is missing" in err
     assert err.count("\n") == 1
@@ -420,3 +424,46 @@ def test_an_empty_supported_tags_is_refused_not_read_as_every_row_withdrawn(tmp_
     assert out.startswith("2 error: images: doc/supported-tags.md lists no nvidia/cuda tags")
     rc, _err = one_error_line(["--source", "images", "--check", "--from", str(copy)], capsys)
     assert rc == 2
+
+
+# -- a copy without supported-tags.md lists its tags by its Dockerfiles (TREE.txt) ------------------
+def test_tree_paths_are_read_as_tags():
+    supported, ended = refresh_images.parse_tree(
+        "# comment\n\n"
+        "dist/13.1.2/ubuntu2404/base/Dockerfile\n"
+        "dist/13.1.2/ubuntu2404/runtime/cudnn/Dockerfile\n"
+        "dist/13.1.2/rockylinux8/devel/Dockerfile\n"
+        "dist/end-of-life/12.9.1/ubi8/runtime/Dockerfile\n"
+    )
+    assert supported["13.1.2"].os == {"ubuntu24.04": {"base", "cudnn-runtime"}, "rockylinux8": {"devel"}}
+    assert supported["13.1.2"].marker == "cudnn"
+    assert ended["12.9.1"].os == {"ubi8": {"runtime"}}
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["dist/13.1.2/ubuntu2404/runtime/Dockerfile.bak", "../dist/13.1.2/ubi8/base/Dockerfile", "doc/supported-tags.md"],
+)
+def test_a_tree_line_that_is_not_a_dockerfile_path_is_refused(line):
+    with pytest.raises(refresh_images.ImagesRefreshError, match=r"TREE\.txt line 1"):
+        refresh_images.parse_tree(line + "\n")
+
+
+def test_the_2026_copy_checks_clean_and_a_platform_change_is_drift(tmp_path, capsys):
+    assert refresh.main(["--source", "images", "--check", "--from", str(COPY_2026)]) == 0
+    copy = tmp_path / "copy"
+    shutil.copytree(COPY_2026, copy)
+    platforms = copy / "dist" / "13.1.2" / "cuda-platforms.json"
+    platforms.write_text(platforms.read_text().replace('"ubi8": [\n        "arm64",\n', '"ubi8": [\n', 1))
+    capsys.readouterr()
+    assert refresh.main(["--source", "images", "--check", "--from", str(copy)]) == 1
+    out = capsys.readouterr().out
+    assert '+{cuda: "13.1.2"' in out
+    assert "platforms: null" in out.split('+{cuda: "13.1.2"')[1].splitlines()[0]
+
+
+def test_platforms_of_a_release_without_a_recorded_json_are_not_compared():
+    """The 2512 copy records no cuda-platforms.json: the rows' platforms (cuda-images-platforms)
+    stand, and --check passes."""
+    get = refresh_images.recorded_get(COPY)
+    assert refresh_images.check(COMPAT, get, refresh_images.recorded_key(COPY)) == []
