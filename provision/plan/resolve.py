@@ -559,6 +559,42 @@ def _host_only_pins(request: PlanRequest) -> None:
         )
 
 
+def _framework_pin(matrix: m.Matrix, request: PlanRequest) -> tuple[m.Framework | None, m.FrameworkRelease | None]:
+    """--framework NAME[==VERSION] as (framework, release); (None, None) without one."""
+    framework = fw_release = None
+    if request.framework is None:
+        return framework, fw_release
+    text = request.framework.strip()
+    mt = re.fullmatch(r"([A-Za-z]+)(?:==(.+))?", text)
+    if not mt:
+        raise BadPin(f"--framework {text!r} is not NAME or NAME==VERSION", hint="e.g. --framework pytorch==2.5.1")
+    name = _FRAMEWORK_NAMES.get(mt[1].lower())
+    if name is None:
+        raise UnknownId(f"unknown framework {mt[1]!r}", hint="known: pytorch, tensorflow")
+    framework = matrix.framework(name)
+    if mt[2] is not None:
+        local = re.fullmatch(r"(\d+(?:\.\d+)*)\+cu(\d{2,3})", mt[2])
+        if local:  # pytorch==2.5.1+cu121: the build is the CUDA pin's to choose
+            cu = f"{local[2][:-1]}.{local[2][-1]}"
+            raise BadPin(
+                f"{mt[2]!r} names a {framework.name} build (+cu{local[2]}: its CUDA {cu} wheels), not a version",
+                hint=f"pin the release and the CUDA apart: --framework {mt[1]}=={local[1]} --cuda {cu}",
+            )
+        if not re.fullmatch(r"\d+(\.\d+)*", mt[2]):
+            raise BadPin(f"{mt[2]!r} is not a {framework.name} version", hint="e.g. --framework pytorch==2.5.1")
+        fw_release = framework.release(parse_version(mt[2]))
+        if fw_release is None:
+            near = [
+                str(r.version) for r in framework.releases if prefix_matches(".".join(mt[2].split(".")[:2]), r.version)
+            ]
+            near = near or [str(r.version) for r in framework.releases[:4]]
+            raise UnknownId(
+                f"{framework.name} {mt[2]} is not in the catalogue",
+                hint=f"catalogued {framework.name} releases include {', '.join(near)} (list: provision matrix frameworks)",
+            )
+    return framework, fw_release
+
+
 def parse_pins(matrix: m.Matrix, request: PlanRequest) -> Pins:
     _host_only_pins(request)
     branch = release = None
@@ -612,31 +648,7 @@ def parse_pins(matrix: m.Matrix, request: PlanRequest) -> Pins:
                 f"--cudnn {request.cudnn!r} is not a cuDNN version",
                 hint="use a major (9), major.minor (9.1) or a build (9.1.0.70)",
             )
-    framework = fw_release = None
-    if request.framework is not None:
-        text = request.framework.strip()
-        mt = re.fullmatch(r"([A-Za-z]+)(?:==(.+))?", text)
-        if not mt:
-            raise BadPin(f"--framework {text!r} is not NAME or NAME==VERSION", hint="e.g. --framework pytorch==2.5.1")
-        name = _FRAMEWORK_NAMES.get(mt[1].lower())
-        if name is None:
-            raise UnknownId(f"unknown framework {mt[1]!r}", hint="known: pytorch, tensorflow")
-        framework = matrix.framework(name)
-        if mt[2] is not None:
-            if not re.fullmatch(r"\d+(\.\d+)*", mt[2]):
-                raise BadPin(f"{mt[2]!r} is not a {framework.name} version", hint="e.g. --framework pytorch==2.5.1")
-            fw_release = framework.release(parse_version(mt[2]))
-            if fw_release is None:
-                near = [
-                    str(r.version)
-                    for r in framework.releases
-                    if prefix_matches(".".join(mt[2].split(".")[:2]), r.version)
-                ]
-                near = near or [str(r.version) for r in framework.releases[:4]]
-                raise UnknownId(
-                    f"{framework.name} {mt[2]} is not in the catalogue",
-                    hint=f"catalogued {framework.name} releases include {', '.join(near)} (list: provision matrix frameworks)",
-                )
+    framework, fw_release = _framework_pin(matrix, request)
     return Pins(branch, release, cuda, cudnn, framework, fw_release)
 
 
@@ -1219,7 +1231,7 @@ def _build_plan(ctx: Context, cand: Candidate, link: CudaLink, cudnn: CudnnChoic
     if build is not None:
         fw_key = ("framework-part", ctx.pins.framework.id, cand.fw_release.version, build, ctx.host, ctx.cc)
         framework, why = _kept(ctx, fw_key, _framework_part, ctx, cand)
-        reasons.append(why)
+        reasons.append(_short_pin_note(ctx, cand.fw_release, why))
     reasons += hardware_reasons
     toolkit, why = _kept(ctx, ("toolkit-part",), _toolkit_part, ctx.matrix)
     reasons.append(why)
@@ -1500,6 +1512,27 @@ def _cudnn_part(cand: Candidate, cudnn: CudnnChoice) -> tuple[PlanCudnn | None, 
         "cudnn", f"none: {unknown} (pin --cudnn to choose a CUDA release with a confirmed cuDNN)", cand.image.source
     )
     return None, why
+
+
+def _short_pin_note(ctx: Context, fw_release: m.FrameworkRelease, why: Reason) -> Reason:
+    """``why`` with a note when --framework NAME==X.Y was read as X.Y.0 (pip's ``==``) while a newer
+    X.Y.z is catalogued: --cuda 12.4 means the newest 12.4.x, a framework pin does not."""
+    asked = re.fullmatch(r"\s*[A-Za-z]+==(\d+(?:\.\d+)*)\s*", ctx.request.framework or "")
+    if asked is None or len(asked[1].split(".")) >= len(fw_release.version.release):
+        return why
+    newer = [
+        r.version
+        for r in ctx.pins.framework.releases
+        if prefix_matches(asked[1], r.version) and r.version > fw_release.version
+    ]
+    if not newer:
+        return why
+    name = ctx.pins.framework.id
+    note = (
+        f"; note: =={asked[1]} reads as {fw_release.version}, as pip reads it; {max(newer)} is catalogued too"
+        f" (--framework {name}=={max(newer)})"
+    )
+    return why._replace(text=why.text + note)
 
 
 def _framework_part(ctx: Context, cand: Candidate) -> tuple[PlanFramework, Reason]:
