@@ -27,7 +27,8 @@ IMAGES = {
     "cuda129.lock.json": None,  # the older branch's own CUDA (R575: 12.9)
     "cuda124.lock.json": {"cuda": "12.4"},
 }
-A100_IMAGES = ["images/cuda13.lock.json", "images/cuda129.lock.json"]  # the h100 group lists none: it runs all
+A100_IMAGES = ["images/cuda13.lock.json", "images/cuda129.lock.json"]
+H100_IMAGES = [f"images/{name}" for name in IMAGES]  # all three
 HOSTS = ("gpu-a", "gpu-b")  # one host per group: gpu-a (a100) is the one that moves
 
 
@@ -77,8 +78,12 @@ def images_fleet(converged_fleet):
     return Setup(
         env,
         folder / "images",
-        env.fleet_file("images-check/pinned.yaml", a100={"driver": older.request.driver, "images": A100_IMAGES}),
-        env.fleet_file("images-check/unpinned.yaml", a100={"images": A100_IMAGES}),
+        env.fleet_file(
+            "images-check/pinned.yaml",
+            a100={"driver": older.request.driver, "images": A100_IMAGES},
+            h100={"images": H100_IMAGES},
+        ),
+        env.fleet_file("images-check/unpinned.yaml", a100={"images": A100_IMAGES}, h100={"images": H100_IMAGES}),
         env.inventory("images-check/hosts.yml", hosts=HOSTS),
         older.driver.version,
         plans["cuda13.lock.json"].cuda.min_driver,
@@ -108,7 +113,7 @@ def test_check_names_exactly_the_pairs_that_cannot_run(images_fleet):
     text = " ".join(out.split())
     assert text.count("cannot run: ") == 1, out
     assert "cuda13.lock.json on a100: " in text, out
-    assert "3 of 4 assigned pairs run, exit 1" in text, out
+    assert "4 of 5 assigned pairs run, exit 1" in text, out
 
 
 def test_verify_fails_the_host_whose_driver_cannot_run_its_image_until_apply_moves_it(images_fleet, tmp_path):
