@@ -2,8 +2,8 @@
 
 ``classify(text, name)`` returns one of ``KINDS``. Diagnosable kinds are the rows of the inputs
 table (``provision.doctor.inputs.INPUTS``: the collector's section keys plus ``query-gpu-csv``);
-the NVIDIA outputs are told apart here, in this order, and the rows with a recogniser after
-them, in the table's order; ``collector-bundle`` and
+the NVIDIA outputs are told apart here, in this order, and the rows with a recogniser (the
+BMC's) after them, in the table's order; ``collector-bundle`` and
 ``capture-bundle`` are containers that are split into sections; everything else in ``KINDS``
 is recognised but either carries no health signal (``nvidia-smi topo -m``, ``pmon``,
 ``mig -lgip``, ``--help-query-gpu``, ``-L`` ...) or is not an NVIDIA tool's output at all, and

@@ -10,6 +10,11 @@ first source that has entries: `journalctl -k` (this boot), the syslog files (/v
 /var/log/messages: they also keep earlier boots), `dmesg`. Only lines that matter to a GPU are
 kept (NVRM, Xid, nvidia, nouveau, NVSwitch, PCIe AER, the OOM killer), the newest 5000.
 
+The BMC is read last, in-band with ipmitool where it is installed (`ipmitool sensor`, `sdr elist`,
+`sel elist`: read-only commands through the local interface, no credentials, each under a third
+of nvidia-smi's deadline, the event log keeping its newest part); where it is not, the bmc-sensor
+section says so ("ipmitool not installed: BMC not read").
+
 Every command runs under coreutils timeout with --kill-after (an nvidia-smi that ignores SIGTERM
 is killed); nvidia-smi gets PROVISION_SMI_TIMEOUT seconds and, when stopped, the collector says
 so in the nvidia-smi-stderr section ("nvidia-smi did not answer in N s") with its exit code.
@@ -133,6 +138,16 @@ else
   sec nvidia-smi-stderr; printf '%s\n' "$out" | put
 fi
 sec nvidia-smi-rc; echo "$rc"
+# the BMC, in-band, read-only: sensors with thresholds, the sensor records' states, the event log
+# (its newest part); each under a third of nvidia-smi's share, no credentials (the local interface)
+if command -v ipmitool >/dev/null 2>&1; then
+  B=$((T / 3)); [ "$B" -ge 5 ] || B=5
+  sec bmc-sensor; lim "$B" ipmitool sensor 2>&1 | put
+  sec bmc-sdr; lim "$B" ipmitool sdr elist 2>&1 | put
+  sec bmc-sel; lim "$B" ipmitool sel elist 2>&1 | putt
+else
+  sec bmc-sensor; echo "ipmitool not installed: BMC not read"
+fi
 exit 0
 """
 

@@ -31,6 +31,7 @@ from provision.doctor.inputs import BY_KEY, run_rules
 from provision.doctor.model import Finding, Read, Report, sort_findings, worse
 from provision.doctor.parse_smi import ParseFailure
 from provision.doctor.rules import gpu_rules, nvlink_rules, persistence_rule
+from provision.doctor.rules_bmc import link
 from provision.doctor.rules_host import host_rules, smi_hung_rule
 from provision.doctor.rules_log import (
     cut_rules,
@@ -46,7 +47,8 @@ HINT = (
     "doctor reads nvidia-smi -q -x, -q (also -q -d ...), the default table, --query-gpu CSV with its header, "
     "nvlink -s, nvidia-smi/NVML error output, kernel logs (dmesg, journalctl -k), the fabric manager log, "
     "application logs with CUDA/framework errors, /proc/driver/nvidia/version, lsmod or /proc/modules, "
-    "mokutil --sb-state, and collector or nvidia-smi capture bundles"
+    "mokutil --sb-state, the BMC (ipmitool sensor, sdr, sel; FreeIPMI ipmi-sensors, ipmi-sel), "
+    "and collector or nvidia-smi capture bundles"
 )
 
 
@@ -78,7 +80,7 @@ def _first_line(text: str) -> str:
 
 
 # Sections whose newest part matters when one is cut: logs, which end with what happened last.
-_LOGS = frozenset({"kernel-log", "fabricmanager-log", "app-log"})
+_LOGS = frozenset({"kernel-log", "fabricmanager-log", "app-log", "bmc-sel"})
 
 
 def _capped(key: str, text: str, source: str, facts: Facts) -> str:
@@ -135,8 +137,8 @@ def _report(facts: Facts, reads: list[Read], matrix: Any) -> Report:
     unreadable_rules(facts, out.add)
     cut_rules(facts, out.add)
     host_rules(facts, matrix, out.add)
-    run_rules(facts, out.add)  # the inputs table's own rules
-    return Report(sort_findings(list(out.found.values())), tuple(reads))
+    run_rules(facts, out.add)  # the inputs table's own rules (the BMC's)
+    return Report(sort_findings(link(list(out.found.values()))), tuple(reads))
 
 
 def diagnose_texts(sections: Mapping[str, str], *, matrix: Any = None) -> Report:

@@ -22,9 +22,10 @@ import re
 from collections.abc import Callable
 from typing import NamedTuple
 
-from provision.doctor import bounds, parse_log, parse_smi
+from provision.doctor import bounds, parse_bmc, parse_log, parse_smi
 from provision.doctor.facts import Add, Facts
 from provision.doctor.parse_smi import ParseFailure
+from provision.doctor.rules_bmc import bmc_rules
 from provision.doctor.rules_host import KERNEL_RELEASE
 
 
@@ -33,6 +34,12 @@ class Probe:
 
     def __init__(self, text: str) -> None:
         self.text = text
+        self._bmc: str | bool | None = False
+
+    def bmc_kind(self) -> str | None:
+        if self._bmc is False:
+            self._bmc = parse_bmc.bmc_kind(self.text)
+        return self._bmc  # type: ignore[return-value]
 
 
 class Input(NamedTuple):
@@ -141,6 +148,20 @@ def _pci(text: str, source: str, facts: Facts) -> str:
     )
 
 
+# -- the BMC -----------------------------------------------------------------------------------------
+def _bmc(key: str) -> Callable[[str, str, Facts], str]:
+    def read(text: str, source: str, facts: Facts) -> str:
+        capture = parse_bmc.parse_bmc(text)
+        facts.parsed.setdefault(key, []).append((source, capture))
+        return f"{capture.summary()} ({capture.note[:120]})" if capture.note else capture.summary()
+
+    return read
+
+
+def _is(key: str) -> Callable[[Probe], bool]:
+    return lambda probe: probe.bmc_kind() == key
+
+
 INPUTS: tuple[Input, ...] = (
     Input("nvidia-smi-q-x", "nvidia-smi -q -x XML", _smi(parse_smi.parse_xml, "nvidia-smi-q-x"), structured=True),
     Input("nvidia-smi-q", "nvidia-smi -q text", _smi(parse_smi.parse_q_text, "nvidia-smi-q"), structured=True),
@@ -162,6 +183,27 @@ INPUTS: tuple[Input, ...] = (
         _smi(parse_smi.parse_csv, "query-gpu-csv"),
         section=False,
         structured=True,
+    ),
+    Input(
+        "bmc-sensor",
+        "BMC sensor readings with thresholds (ipmitool sensor, FreeIPMI ipmi-sensors)",
+        _bmc("bmc-sensor"),
+        _is("bmc-sensor"),
+        bmc_rules,
+    ),
+    Input(
+        "bmc-sdr",
+        "BMC sensor records (ipmitool sdr list / elist / type / get -v)",
+        _bmc("bmc-sdr"),
+        _is("bmc-sdr"),
+        bmc_rules,
+    ),
+    Input(
+        "bmc-sel",
+        "the BMC's system event log (ipmitool sel elist / list, FreeIPMI ipmi-sel, SEL CSV)",
+        _bmc("bmc-sel"),
+        _is("bmc-sel"),
+        bmc_rules,
     ),
 )
 BY_KEY = {row.key: row for row in INPUTS}

@@ -252,11 +252,13 @@ def test_the_generator_finds_the_quadratic_patterns_doctor_had():
 
 # -- every parser -----------------------------------------------------------------------------------
 def parsers() -> list[tuple[str, object]]:
-    """Public functions of doctor's reading modules whose first parameter is the text they read."""
+    """Public functions of doctor's reading modules (every parse_*.py among them) whose first
+    parameter is the text they read."""
     import importlib
 
     out = []
-    for module_name in ("bounds", "parse_log", "parse_smi", "classify", "state", "diagnose"):
+    readers = {"bounds", "classify", "state", "diagnose", "inputs", *(p.stem for p in DOCTOR.glob("parse_*.py"))}
+    for module_name in sorted(readers):
         module = importlib.import_module(f"provision.doctor.{module_name}")
         for name, fn in inspect.getmembers(module, inspect.isfunction):
             if name.startswith("_") or fn.__module__ != module.__name__:
@@ -302,6 +304,21 @@ def hostile_inputs(size: int) -> dict[str, str]:
     cases["nvidia-smi -q lines"] = "==============NVSMI LOG==============\nGPU 00000000:17:00.0\n" + _repeat(
         "    Product Name" + " " * 100 + ": x\n", size
     )
+    # the BMC's dialects (issue 25): a row of each, a -v block's continuation lines, a FreeIPMI header
+    # over rows, and rows that each name another failed sensor (each a finding, were it not bounded)
+    cases["BMC sensor rows"] = _repeat("Fan1 | 0.000 | RPM | ok | na | 500 | 600 | na | na | na\n", size)
+    cases["BMC sdr -v continuation"] = "Sensor ID : PSU (0x1)\n States Asserted : Power Unit\n" + _repeat(
+        "  [Redundancy Lost]" + " " * 100 + "\n", size
+    )
+    cases["BMC FreeIPMI rows"] = "ID | Name | Type | State | Reading | Units | Event\n" + _repeat(
+        "1 | PS1 | Power Supply | Critical | N/A | N/A | " + "'Power Supply Failure detected' " * 20 + "\n", size
+    )
+    cases["BMC failed sensors, each another"] = "".join(
+        f"{i} | 01/01/2024 | 00:00:{i % 60:02} | Fan FAN{i} | Lower Critical going low | Asserted\n"
+        f"Fan{i} | 0 RPM | cr\n{i},2024/01/01 00:00:00,PS{i},Power Supply,Failure detected - Assertion\n"
+        for i in range(size // 120)
+    )
+    cases["BMC fields"] = _repeat("a" + " |" * 2000 + "\n" + "a" + ", " * 2000 + "\n", size)
     return cases
 
 
@@ -320,6 +337,7 @@ def test_the_parsers_were_found():
         "classify.split_bundle",
     } <= names
     assert {"parse_log.scan_messages", "parse_smi.parse_xml", "parse_log.parse_pci"} <= names
+    assert {"parse_bmc.parse_bmc", "parse_bmc.bmc_kind"} <= names
 
 
 def _section_keys() -> list[str]:
