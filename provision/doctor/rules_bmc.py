@@ -413,13 +413,16 @@ def link(findings: list[Finding]) -> list[Finding]:
             f._replace(
                 title=f"{f.title}, caused by {what}",
                 evidence=f"{f.evidence}; the BMC: {cause.title} ({cause.id})",
-                fix=f"The server is the cause: {cause.fix} {f.fix}",
+                fix=f"The server is the likely cause ({cause.id}): act on that finding first. {f.fix}",
             )
         )
     final = []
     for f in out:
         shown = explained.get(f.id + "\0" + f.title)
-        final.append(f._replace(evidence=f"{f.evidence}; the GPUs show it: {'; '.join(shown)}") if shown else f)
+        if shown:
+            more = f" and {len(shown) - 1} more GPU finding(s)" if len(shown) > 1 else ""
+            f = f._replace(evidence=f"{f.evidence}; the GPUs show it: {shown[0]}{more}")  # noqa: PLW2901
+        final.append(f)
     return final
 
 

@@ -261,9 +261,10 @@ def test_power_brake_is_linked_to_the_failed_psu():
             ", caused by Power Supply 2 PS2 Status: Power Supply Failure detected at Dec-09-2024 21:12:29"
         )
         assert "(bmc-psu-failed)" in f.evidence
-        assert f.fix.startswith("The server is the cause: Reseat or replace the failed power supply")
+        assert f.fix.startswith("The server is the likely cause (bmc-psu-failed): act on that finding first. ")
     psu = next(f for f in report.findings if f.id == "bmc-psu-failed")
     assert "the GPUs show it: HW Power Brake Slowdown is active on GPU 0000:19:00.0" in psu.evidence
+    assert psu.evidence.endswith("(clocks-power-brake) and 3 more GPU finding(s)")  # two GPUs, two ids each
     intrusion = next(f for f in report.findings if f.id == "bmc-event-intrusion")
     assert "GPUs show it" not in intrusion.evidence, "only the causes are linked"
 
@@ -439,3 +440,21 @@ def test_a_flood_of_failed_sensors_is_bounded_and_counted():
     fans = [f for f in report.findings if f.id == "bmc-fan-failed"]
     assert len(fans) == 16
     assert fans[-1].evidence.endswith("; and 4984 more sensor(s) like it")
+
+
+def test_ipmitool_csv_forms_read_as_their_tables():
+    """`ipmitool -c sensor` and `ipmitool -c sel elist` print the same fields with commas: the real
+    OpenBMC and Intel lines, re-joined with commas, give the same readings and findings."""
+    table = (BMC / "openbmc__ipmitool-sensor-list__ambient-temp-46c-over-ucr-40-reads-ok.txt").read_text()
+    row = table.splitlines()[1]
+    csv = ",".join(f.strip() for f in row.split("|"))
+    assert csv == "Ambient_Temp,46.000,degrees C,ok,na,5.000,7.000,37.000,40.000,na"
+    assert parse_bmc(csv).sensors[0][:6] == parse_bmc(row).sensors[0][:6]
+    assert bmc_found(diagnose_named_texts([("c-sensor.csv", csv + "\n")])) == {
+        ("bmc-temperature-critical", "error", "Ambient_Temp")
+    }
+    sel = (BMC / "intel-naming__ipmitool-sel-elist__pwr-unit-power-off-partial.txt").read_text().splitlines()[2:]
+    rows = [",".join(f.strip() for f in ln.split("|")) for ln in sel]
+    assert rows[0] == "30,11/15/2019,18:50:40,Power Unit Pwr Unit Status,Power off/down,Asserted"
+    assert [e[:5] for e in parse_bmc("\n".join(rows)).events] == [e[:5] for e in parse_bmc("\n".join(sel)).events]
+    assert classify("\n".join(rows), "") == "bmc-sel"
