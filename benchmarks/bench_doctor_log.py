@@ -32,6 +32,11 @@ doctor of 09280ec) -> after (issue 22):
                                                            ones never finished in 60 s)
   doctor --local, collector prints 150 MB  1588 MiB RSS, 22 s -> 93 MiB, 0.9 s  (goal met)
 
+Recorded 2026-12-02 after the BMC inputs (issue 25: parse_bmc, rules_bmc, three more collector
+sections; load 8-11 on 2 cores): 103 regexes, none over 2 s (the slowest 0.37 s; the BMC's
+slowest, parse_bmc's PSU name, 0.07 s); slowest collector section 0.41 s (the BMC sections
+included); 200,000 continuation lines 0.73 s; collector printing 150 MB 94 MiB, 1.0 s (goal met).
+
 Recorded 2026-11-30, Python 3.11.7, 2 cores shared with other jobs (cpu_count 2):
   20 MB (197,068 lines):     3.2 s, peak RSS 28.5 MiB
   200 MB (1,965,757 lines): 19.9 s, peak RSS 28.7 MiB   (goal met; findings: xid-13, 39 events)
