@@ -33,22 +33,38 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 SERVER_CAPTURES = (
     *sorted(p for p in CAPTURES.glob("*.txt") if p.name.startswith(("nvlink-s__", "pcie__"))),
     *sorted(p for p in (FIXTURES / "platforms").glob("*.txt") if not p.name.endswith(".source.txt")),
+    # the doctor's nvlink -s and topo -m captures (an 8x V100 SXM2 with inactive links, 2x A100 ...)
+    *sorted(
+        p
+        for p in (FIXTURES / "doctor").glob("*.txt")
+        if p.name.startswith(("nvlink-s__", "topo-m__")) and not p.name.endswith(".source.txt")
+    ),
 )
 SERVER_CAPTURES_DIR = "/usr/share/fakegpu/captures"
 DMI_DIR = "/opt/fakegpu/dmi"  # where fakegpu-dmi writes the DMI files (verify_dmi_dir)
-# Real BMC captures (tests/fixtures/doctor/bmc, each with its .source.txt) the kit's ipmitool prints
+# Real BMC captures the kit's ipmitool prints: tests/fixtures/doctor/bmc and tests/fakegpu/captures
+# (ipmitool-*), each with its source note
 BMC_CAPTURES = FIXTURES / "doctor" / "bmc"
+HP_DL360 = "hp-proliant-dl360-ilo2"  # one HP ProLiant DL360 G6/G7 (iLO 2), tests/fakegpu/captures/SOURCES.md
 # gpu.json "bmc" -> {the ipmitool command as its caller spells it (-I open dropped): capture}. A
-# scenario answers only the commands it has a real capture of (of that command, on that BMC).
+# scenario answers only the commands it has a real capture of, from one BMC.
 BMC_SCENARIOS = {
-    # ipmitool/ipmitool#176: PSU redundancy lost; `sdr` prints "0x00 | ok", `-v sdr` the asserted state
+    # Power Supply 1 failed (0 Watts, "Failure detected"), redundancy down to "Non-Redundant"; the SEL
+    # empty (that host's `sel list` after a clear). What doctor -i runs: sdr elist (the capture is
+    # `sdr elist full`, the full sensor records `sdr elist` also prints) and sel elist.
     "psu-failed": {
+        "sdr elist": f"ipmitool-sdr-elist-full__{HP_DL360}__psu1-failure-detected.txt",
+        "sdr elist full": f"ipmitool-sdr-elist-full__{HP_DL360}__psu1-failure-detected.txt",
+        "sel elist": f"ipmitool-sel-list__{HP_DL360}__no-entries.txt",
+        "sel list": f"ipmitool-sel-list__{HP_DL360}__no-entries.txt",
+    },
+    # ipmitool/ipmitool#176: `sdr` prints "0x00 | ok", `-v sdr` the asserted [Redundancy Lost]
+    "psu-redundancy-lost": {
         "sdr": "intel-naming__ipmitool-sdr__pwr-unit-redund-0x00-ok.txt",
         "sdr list": "intel-naming__ipmitool-sdr__pwr-unit-redund-0x00-ok.txt",
         "-v sdr": "intel-naming__ipmitool-sdr-get-v__pwr-unit-redund-redundancy-lost-asserted.txt",
         "-v sdr list": "intel-naming__ipmitool-sdr-get-v__pwr-unit-redund-redundancy-lost-asserted.txt",
         "-v sdr elist": "intel-naming__ipmitool-sdr-get-v__pwr-unit-redund-redundancy-lost-asserted.txt",
-        'sdr get "Pwr Unit Redund" -v': "intel-naming__ipmitool-sdr-get-v__pwr-unit-redund-redundancy-lost-asserted.txt",
     },
     # a Dell R320 (iDRAC7): Fan3B and Fan4B at 0 RPM, critical
     "fan-failed": {"sdr list full": "dell-idrac7__ipmitool-sdr-list-full__r320-fan3b-fan4b-0rpm-cr.txt"},
@@ -68,6 +84,13 @@ BMC_SCENARIOS = {
         "sdr type temperature": "dell-idrac6__ipmitool-sdr-type-temperature__r510-healthy.txt",
     },
 }
+
+
+def bmc_capture(name: str) -> Path:
+    """A BMC scenario's capture: the kit's own (tests/fakegpu/captures, ipmitool-*) or the doctor's."""
+    return CAPTURES / name if name.startswith("ipmitool-") else BMC_CAPTURES / name
+
+
 # the fleet's fake GPU kinds (tests/integration/conftest.py GPUS) -> their (-lgip, -lgipp) captures
 MIG_CAPTURES = {
     "a100": ("a100-80gb-pcie.lgip.txt", "a100-sxm4-40gb.lgipp.txt"),
@@ -374,10 +397,14 @@ def ipmitool_package() -> Package:
         "/usr/share/fakegpu/bmc/scenarios.json": (json.dumps(BMC_SCENARIOS, indent=2) + "\n", 0o644),
     }
     for name in used:
-        files[f"/usr/share/fakegpu/bmc/{name}"] = (BMC_CAPTURES / name, 0o644)
-        files[f"/usr/share/fakegpu/bmc/{name}.source.txt"] = (BMC_CAPTURES / f"{name}.source.txt", 0o644)
+        files[f"/usr/share/fakegpu/bmc/{name}"] = (bmc_capture(name), 0o644)
+        source = bmc_capture(name).with_name(f"{name}.source.txt")
+        files[f"/usr/share/fakegpu/bmc/{name}.source.txt"] = (source, 0o644)
     return Package(
-        "ipmitool", "1.8.19-4", files=files, description="fakegpu stand-in for ipmitool (prints real BMC captures)"
+        "ipmitool",
+        "1.8.19-4+fakegpu1",
+        files=files,
+        description="fakegpu stand-in for ipmitool (prints real BMC captures)",
     )
 
 

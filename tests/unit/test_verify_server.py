@@ -525,8 +525,8 @@ def test_the_kits_ipmitool_prints_the_scenarios_captures(tmp_path, monkeypatch):
     (bmc / "scenarios.json").write_text(json.dumps(fakegpu.BMC_SCENARIOS))
     for scenario in fakegpu.BMC_SCENARIOS.values():
         for name in scenario.values():  # every capture a scenario names is a kept one, with its source note
-            assert (fakegpu.BMC_CAPTURES / f"{name}.source.txt").is_file(), name
-            (bmc / name).write_text((fakegpu.BMC_CAPTURES / name).read_text())
+            assert fakegpu.bmc_capture(name).with_name(f"{name}.source.txt").is_file(), name
+            (bmc / name).write_text(fakegpu.bmc_capture(name).read_text())
     conf = tmp_path / "gpu.json"
     monkeypatch.setattr(ipmitool, "CONF", str(conf))
     monkeypatch.setattr(ipmitool, "BMC", str(bmc))
@@ -539,11 +539,17 @@ def test_the_kits_ipmitool_prints_the_scenarios_captures(tmp_path, monkeypatch):
             rc = ipmitool.main(list(argv))
         return rc, out.getvalue(), err.getvalue()
 
+    # what doctor -i runs, on the host whose Power Supply 1 failed
+    rc, out, _ = call("sdr", "elist", bmc_scenario="psu-failed")
+    assert rc == 0
+    assert "Power Supply 1   | 06h | ok  | 10.1 | 0 Watts, Presence detected, Failure detected" in out
+    assert call("sel", "elist", bmc_scenario="psu-failed")[:2] == (0, "SEL has no entries\n")
     redundancy = "intel-naming__ipmitool-sdr-get-v__pwr-unit-redund-redundancy-lost-asserted.txt"
-    rc, out, _ = call("-I", "open", "-v", "sdr", "elist", bmc_scenario="psu-failed")
+    rc, out, _ = call("-I", "open", "-v", "sdr", "elist", bmc_scenario="psu-redundancy-lost")
     assert (rc, out) == (0, (fakegpu.BMC_CAPTURES / redundancy).read_text())
-    assert "[Redundancy Lost]" in out
-    assert call("sdr", bmc_scenario="psu-failed")[1].startswith("Pwr Unit Status  | 0x00              | ok")
+    assert call("sdr", bmc_scenario="psu-redundancy-lost")[1].startswith("Pwr Unit Status  | 0x00              | ok")
+    rc, _, err = call("sensor", bmc_scenario="psu-failed")  # no capture of it on that host
+    assert (rc, err) == (1, "fakegpu ipmitool: scenario 'psu-failed' has no capture of `ipmitool sensor`\n")
     assert call("sdr", "elist")[:2] == (1, "")  # no BMC scenario: no device, as ipmitool says
     assert call("sdr", "elist")[2].startswith("Could not open device at /dev/ipmi0")
     for writes in (("sel", "clear"), ("chassis", "power", "off"), ("raw", "0x06", "0x01")):
