@@ -39,7 +39,15 @@ from provision.errors import InputError
     timeout_help="With --local or -i: deadline per host. nvidia-smi gets a third of it under timeout "
     "--kill-after (a hung one is a finding); the kernel log is read before it.",
 )
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "markdown", "json"]),
+    default="table",
+    show_default=True,
+    help="table: fits COLUMNS, else the terminal, else 100 columns (cells wrap at spaces, else one block per "
+    "finding); markdown: a table of the findings, unwrapped; json: every finding and what was read.",
+)
 @click.pass_context
 def doctor_cmd(ctx, *, local, inventory, limit, files, app_logs, save_dir, sudo, forks, host_timeout, fmt):
     """Name GPU faults and their fixes from nvidia-smi, the kernel log and error output: Xid
@@ -53,9 +61,11 @@ def doctor_cmd(ctx, *, local, inventory, limit, files, app_logs, save_dir, sudo,
     provision doctor -i hosts.yml --limit gpu-a --format json
     provision doctor --from-file nvidia-smi-q.xml --from-file dmesg.log
 
-    The table wraps the evidence and the fix to the terminal's width (COLUMNS), at spaces only (a
-    command, path or UUID is never split), as one block per finding when columns do not fit;
-    piped without COLUMNS, each finding stays on one line. --format json carries the same text.
+    The table fits COLUMNS, else the terminal, else 100 columns (piped output too): the title,
+    evidence and fix wrap at spaces only (a word, path, PCI id or GPU UUID is never split, a
+    `command` stays on one line, one longer than the line is shown as the commands it chains),
+    as one block per finding when columns do not fit. --format markdown and --format json carry
+    the same text unwrapped.
 
     A host's output is read up to 16 MiB, each command's up to 4 MiB (of a log, its newest), and
     what was cut is a finding (output-cut).
@@ -212,8 +222,8 @@ def _unreachable_fix(inventory: str, host: str) -> str:
 
 
 HEADERS = ["severity", "id", "title", "evidence", "fix"]
-WRAPPED = ("title", "evidence", "fix")  # the columns that wrap; the others are short
-MIN_WRAP = 24  # narrower than this per wrapped column, each finding is printed as a block
+WRAPPED = ("title", "evidence", "fix")  # the columns that wrap; the others are one token each
+LABEL_ROOM = len("  evidence: ")  # what a finding's block puts before its values (output.table_lines)
 
 
 def _rows(findings, host: str | None = None) -> list[list[str]]:
@@ -224,117 +234,88 @@ def _rows(findings, host: str | None = None) -> list[list[str]]:
     return rows
 
 
-def _print_findings(headers: list[str], rows: list[list[str]]) -> None:
-    import shutil
+def _print_findings(headers: list[str], rows: list[list[str]], fmt: str = "table") -> None:
+    from provision.cli.output import terminal_width
 
-    width = shutil.get_terminal_size((0, 0)).columns  # COLUMNS, else the terminal; 0 when piped
-    click.echo(findings_table(headers, rows, width), nl=False)
+    if fmt == "markdown":
+        click.echo(findings_markdown(headers, rows), nl=False)
+    else:
+        click.echo(findings_table(headers, rows, terminal_width()), nl=False)
 
 
 def findings_table(headers: list[str], rows: list[list[str]], width: int) -> str:
-    """The findings as text no wider than `width` (0: unbounded, one line per finding). The
-    title, evidence and fix columns wrap at spaces only: a command, a path or a GPU UUID is never
-    split, so it can be copied. When the columns cannot hold every word of their cells, each
-    finding becomes a block of wrapped lines, in which only a word longer than the terminal is
-    wider than it (on a line of its own)."""
+    """The findings as text no wider than ``width`` (0: unbounded, one line per finding), through
+    the one table writer (provision/cli/output.py): columns whose title, evidence and fix wrap at
+    spaces, else one block per finding. A word, a path, a PCI id or a GPU UUID is never split, and
+    a `command` stays on one line, so it can be copied: one of a fix longer than the line is cut
+    into the commands it chains (``a; b``, ``a && b``, ``a || b``), each whole (the evidence is
+    what the host printed, shown as it is); only a word or a command longer than the line itself
+    is wider than it, on a line of its own."""
+    from provision.cli.output import table_lines
 
-    wrap = [i for i, h in enumerate(headers) if h in WRAPPED]
-    natural = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
-    if width <= 0:
-        widths = natural
-    else:
-        fixed = sum(natural[i] for i in range(len(headers)) if i not in wrap) + 2 * (len(headers) - 1)
-        shared = _share(natural, wrap, width - fixed)
-        if shared is None or any(_longest_word(r[i]) > shared[i] for r in rows for i in wrap):
-            return _blocks(headers, rows, width)
-        widths = shared
-    out = ["provision doctor", ""]
-    out.append("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
-    out.append("  ".join("-" * w for w in widths))
-    for row in rows:
-        cells = [
-            _wrap(v, w) if i in wrap and width > 0 else [v] for i, (v, w) in enumerate(zip(row, widths, strict=True))
-        ]
-        for n in range(max(len(c) for c in cells)):
-            line = "  ".join((c[n] if n < len(c) else "").ljust(w) for c, w in zip(cells, widths, strict=True))
-            out.append(line.rstrip())
-    return "\n".join(out) + "\n"
+    if width > 0:
+        room = max(1, width - LABEL_ROOM)
+        rows = [[split_commands(v, room) if h == "fix" else v for h, v in zip(headers, r, strict=True)] for r in rows]
+    whole = {i for i, h in enumerate(headers) if h not in WRAPPED}
+    lines = table_lines(headers, rows, width=width if width > 0 else 10**9, title="provision doctor", whole=whole)
+    return "\n".join(lines) + "\n"
 
 
-def _longest_word(text: str) -> int:
-    return max((len(word) for word in text.split()), default=0)
+def findings_markdown(headers: list[str], rows: list[list[str]]) -> str:
+    from provision.cli.output import markdown_table
+
+    return "## provision doctor\n\n" + markdown_table(headers, rows) + "\n"
 
 
-_GLUE = "\ue000"  # a space inside a `command` that fits on a line: textwrap does not break there
-_COMMAND = re.compile(r"`[^`\n]{1,400}`")
-_GLUED_WORD = re.compile(r"\S*\ue000\S*")
+_COMMAND = re.compile(r"`([^`\n]+)`")
+_CHAIN = re.compile(r"\s*(;|&&|\|\|)\s+")
 
 
-def _wrap(text: str, width: int) -> list[str]:
-    """``text`` wrapped at spaces to ``width``: a word is never split, and a `command` that fits
-    on a line is kept on one, so it can be copied whole."""
-    import textwrap
+def split_commands(text: str, room: int) -> str:
+    """``text`` with each `command` longer than ``room`` written as the commands it chains, each
+    quoted on its own: `a; b && c` becomes `a`; `b` && `c` (an operator inside quotes is no break).
+    The words and the operators between them are the same as in the finding's text (and its JSON)."""
 
-    glued = _COMMAND.sub(lambda m: m[0].replace(" ", _GLUE), text)
-    # a glued word longer than the line (with the punctuation around the command) is unglued
-    glued = _GLUED_WORD.sub(lambda m: m[0] if len(m[0]) <= width else m[0].replace(_GLUE, " "), glued)
-    lines = textwrap.wrap(glued, width, break_long_words=False, break_on_hyphens=False) or [""]
-    return [line.replace(_GLUE, " ") for line in lines]
+    def split(match: re.Match) -> str:
+        command = match[1]
+        if len(match[0]) <= room:
+            return match[0]
+        parts, start, quote, at = [], 0, "", 0
+        while at < len(command):
+            char = command[at]
+            if char == "\\" and quote != "'":  # an escaped character, no break
+                at += 1
+            elif quote:
+                quote = "" if char == quote else quote
+            elif char in "'\"":
+                quote = char
+            elif chain := _CHAIN.match(command, at):
+                parts.append((command[start:at].strip(), chain[1]))
+                start = at = chain.end()
+                continue
+            at += 1
+        parts.append((command[start:].strip(), ""))
+        if len(parts) == 1 or not all(part for part, _ in parts):
+            return match[0]
+        out = ""
+        for part, operator in parts:
+            out += f"`{part}`" + {"": "", ";": "; ", "&&": " && ", "||": " || "}[operator]
+        return out
 
-
-def _share(natural: list[int], wrap: list[int], room: int) -> list[int] | None:
-    """Widths for the wrapped columns within `room`: each gets what it needs, up to an equal
-    share of what is left (water-filling); None when each cannot get MIN_WRAP."""
-    if room < MIN_WRAP * len(wrap):
-        return None
-    widths = list(natural)
-    pending = sorted(wrap, key=lambda i: natural[i])
-    while pending:
-        share = room // len(pending)
-        i = pending.pop(0)
-        widths[i] = min(natural[i], share) if pending else min(natural[i], room)
-        room -= widths[i]
-    return widths
-
-
-def _blocks(headers: list[str], rows: list[list[str]], width: int) -> str:
-    out = ["provision doctor", ""]
-    for row in rows:
-        head = [v for h, v in zip(headers, row, strict=True) if h not in WRAPPED]
-        out += _wrap_words("  ".join(head), width, "", "")
-        for h, v in zip(headers, row, strict=True):
-            if h in WRAPPED:
-                out += _wrap_words(v, width, f"  {h}: ", "    ")
-        out.append("")
-    return "\n".join(out)
-
-
-def _wrap_words(text: str, width: int, first: str, rest: str) -> list[str]:
-    """``text`` wrapped to ``width`` at spaces (``_wrap``), the first line after ``first``, the
-    others after ``rest``; a word longer than the room goes on a line of its own, whole."""
-    text = " ".join(text.split())
-    room = max(1, width - len(rest))
-    lines = _wrap(text, room)
-    if len(first) + len(lines[0]) <= width:
-        return [first + lines[0]] + [rest + ln for ln in lines[1:]]
-    head = _wrap(text, max(1, width - len(first)))
-    if head and len(first) + len(head[0]) <= width:  # the first line fits after the label
-        tail = text[len(head[0]) :].strip()
-        return [first + head[0]] + [rest + ln for ln in (_wrap(tail, room) if tail else [])]
-    return [first.rstrip()] + [rest + ln for ln in lines]  # the label alone: the first word is too long
+    return _COMMAND.sub(split, text)
 
 
 def _emit_single(report, fmt: str) -> int:
-    from provision.cli.output import dumps_json
+    from provision.cli.output import dumps_json, echo_wrapped
 
     if fmt == "json":
         sys.stdout.write(dumps_json(report.to_dict()))
         return report.exit_code
     if report.findings:
-        _print_findings(HEADERS, _rows(report.findings))
+        _print_findings(HEADERS, _rows(report.findings), fmt)
     c = report.counts()
     verdict = "unhealthy" if report.exit_code else "healthy"
-    click.echo(
+    echo_wrapped(
         f"{verdict}: {c['error']} error(s), {c['warning']} warning(s), {c['info']} note(s); "
         f"read {len(report.read)} source(s)"
     )
@@ -342,7 +323,7 @@ def _emit_single(report, fmt: str) -> int:
 
 
 def _emit_hosts(results, fmt: str, inventory: str) -> int:
-    from provision.cli.output import dumps_json
+    from provision.cli.output import dumps_json, echo_wrapped
 
     hosts, flat, code = [], [], 0
     for host, report, problem in results:
@@ -378,9 +359,9 @@ def _emit_hosts(results, fmt: str, inventory: str) -> int:
         for f in flat
     ]
     if rows:
-        _print_findings(["host", *HEADERS], rows)
+        _print_findings(["host", *HEADERS], rows, fmt)
     for h in hosts:
         c = h["counts"]
         verdict = "unhealthy" if h["exit_code"] else "healthy"
-        click.echo(f"{h['host']}: {verdict}: {c['error']} error(s), {c['warning']} warning(s), {c['info']} note(s)")
+        echo_wrapped(f"{h['host']}: {verdict}: {c['error']} error(s), {c['warning']} warning(s), {c['info']} note(s)")
     return code
