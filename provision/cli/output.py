@@ -233,6 +233,16 @@ def table_lines(
 MORE = "wider COLUMNS, --format markdown or --format json show them"
 
 
+def fits_as_columns(
+    headers: Sequence[str], rows: Sequence[Sequence[Any]], *, width: int | None = None, whole: Collection[int] = ()
+) -> bool:
+    """Whether table_lines prints the table (no optional columns) as columns, wrapped or not, at
+    ``width`` (default terminal_width()); False when it would print one block per row."""
+    width = terminal_width() if width is None else max(1, width)
+    cells = [[_text(v) for v in row] for row in rows]
+    return _column_widths(headers, cells, width, set(whole)) is not None
+
+
 def _column_widths(
     headers: Sequence[str], cells: list[list[str]], width: int, whole: Collection[int], wrap: bool = True
 ) -> list[int] | None:

@@ -41,7 +41,7 @@ from provision.errors import InputError
     "provision mig plan --out-vars writes (inventory hosts may carry provision_mig_* vars instead).",
 )
 @click.option("--only", metavar="CHECKS", help="Comma-separated check ids to run (see --list).")
-@click.option("--list", "list_checks", is_flag=True, help="List the checks and exit.")
+@click.option("--list", "list_checks", is_flag=True, help="List the checks (in --format) and exit.")
 @click.option("--sudo", is_flag=True, help="Run the checks' commands through sudo.")
 @click.option("--ssh-identity-file", type=click.Path(dir_okay=False), help="SSH key for --host.")
 @host_pool_options(
@@ -49,7 +49,15 @@ from provision.errors import InputError
     timeout_help="Deadline per host. Each command on it gets at most a third, under timeout --kill-after; "
     "a host past it is reported as an error with the checks it finished.",
 )
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "markdown", "json"]),
+    default="table",
+    show_default=True,
+    help="table: fits COLUMNS, else the terminal, else 100 columns (cells wrap at spaces, else a line per check "
+    "under its host); markdown: the same rows, unwrapped; json: every check with its evidence.",
+)
 @click.option("--junit", "junit_file", type=click.Path(dir_okay=False), help="Also write a JUnit XML report (CI).")
 @click.pass_context
 def verify_cmd(
@@ -101,9 +109,14 @@ def verify_cmd(
     from provision.verify import run_verify
 
     if list_checks:
-        from provision.cli.output import print_table
+        from provision.cli.output import dumps_json, markdown_table, print_table
 
-        print_table(["check", "what it proves"], _checks())
+        if fmt == "json":
+            sys.stdout.write(dumps_json([{"id": c, "title": t} for c, t in _checks()]))
+        elif fmt == "markdown":
+            sys.stdout.write(markdown_table(["check", "what it proves"], _checks()))
+        else:
+            print_table(["check", "what it proves"], _checks(), keyed=True)
         return 0
     if sum(bool(x) for x in (inventory, local, hosts)) != 1:
         raise InputError(
@@ -149,7 +162,7 @@ def verify_cmd(
 
         sys.stdout.write(dumps_json(report.to_dict()))
     else:
-        _print_table(report)
+        _print_table(report, fmt)
     return report.exit_code
 
 
@@ -278,18 +291,59 @@ def _inventory_targets(catalogue, *, inventory, plan_file, fleet_file, limit, pl
     return targets
 
 
-def _print_table(report) -> None:
-    from provision.cli.output import print_table
+HEADERS = ["host", "check", "status", "evidence / reason"]
 
-    print_table(["host", "check", "status", "evidence / reason"], report.table_rows(), title="provision verify")
+
+def _print_table(report, fmt: str = "table") -> None:
+    from provision.cli.output import echo_wrapped, markdown_table
+
+    rows = report.table_rows()
+    if fmt == "markdown":
+        click.echo("## provision verify\n\n" + markdown_table(HEADERS, rows))
+    else:
+        click.echo(report_table(rows), nl=False)
     host_errors = report.host_errors()
     for host, results in report.by_host().items():
         c = report.counts(results)
         if host in host_errors:
-            click.echo(
-                f"{host}: ERROR {host_errors[host]}" + (f" ({c['pass']} passed, {c['fail']} failed)" if results else "")
+            echo_wrapped(
+                f"{host}: ERROR {host_errors[host]}"
+                + (f" ({c['pass']} passed, {c['fail']} failed)" if results else ""),
+                hanging="  ",
             )
             continue
-        click.echo(f"{host}: {c['pass']} passed, {c['fail']} failed, {c['skip']} skipped")
+        echo_wrapped(f"{host}: {c['pass']} passed, {c['fail']} failed, {c['skip']} skipped")
     for error in report.errors:
-        click.echo(f"error: {error}", err=True)
+        echo_wrapped(f"error: {error}", err=True, hanging="  ")
+
+
+def report_table(rows: list[list[str]], width: int | None = None) -> str:
+    """The report's rows as text no wider than ``width`` (default: COLUMNS, else the terminal, else
+    100): one table (host, check, status, evidence / reason) where its columns fit, wrapped at
+    spaces; else, per host, a line per check (status, check, then its evidence or reason, wrapped
+    beneath), rather than four lines per check. A word, path, version or `command` is never split:
+    only one longer than the line is wider than it, on a line of its own."""
+    from provision.cli.output import fits_as_columns, longest_token, table_lines, terminal_width, wrap_text
+
+    width = terminal_width() if width is None else width
+    whole = {0, 1, 2}
+    if fits_as_columns(HEADERS, rows, width=width, whole=whole):
+        return "\n".join(table_lines(HEADERS, rows, width=width, title="provision verify", whole=whole)) + "\n"
+    out = ["provision verify"]
+    hosts: dict[str, list[list[str]]] = {}
+    for row in rows:
+        hosts.setdefault(row[0], []).append(row)
+    for host, host_rows in hosts.items():
+        out += ["", *wrap_text(f"host {host}:", width)]
+        labels = [f"  {status:<5} {check}" if check != "-" else f"  {status}" for _, check, status, _ in host_rows]
+        pad = max(len(label) for label in labels) + 2
+        for label, (_, _, _, shown) in zip(labels, host_rows, strict=True):
+            head = label.ljust(pad) if pad <= width // 2 else label + "  "
+            if not shown or shown == "-":
+                out.append(label)
+            elif longest_token(shown) <= width - len(head):
+                out += wrap_text(shown, width, indent=head, hanging=" " * len(head))
+            else:  # beside its label the value would pass the width: beneath it
+                out.append(label)
+                out += wrap_text(shown, width, indent=" " * 8, hanging=" " * 8)
+    return "\n".join(out) + "\n"

@@ -22,8 +22,6 @@ import os
 import re
 from typing import Any, NamedTuple
 
-from provision.text import clip
-
 # C0 but tab and newline, DEL, C1, the line/paragraph separators, bidirectional overrides and
 # isolates, and what XML 1.0 forbids besides (U+FFFE, U+FFFF, lone surrogates)
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff\ufffe\uffff]")
@@ -139,10 +137,14 @@ class VerifyReport(NamedTuple):
         }
 
     def table_rows(self) -> list[list[str]]:
-        rows = [[host, "-", "ERROR", error] for host, error in self.host_errors().items()]
+        """host, check, status, evidence / reason: a failed, warned or skipped check's reason whole
+        (the fix it names, a path, a version is never cut), a passed check's evidence up to
+        SHOWN_EVIDENCE characters, cut between words, never inside one."""
+        rows = [[host, "-", "ERROR", " ".join(error.split())] for host, error in self.host_errors().items()]
         for r in self.results:
-            shown = r.detail if r.status != "pass" else "; ".join(r.evidence)
-            rows.append([r.host, r.check, r.status.upper() if r.status in ("fail", "warn") else r.status, clip(shown)])
+            shown = r.detail if r.status != "pass" else shorten("; ".join(r.evidence), SHOWN_EVIDENCE)
+            status = r.status.upper() if r.status in ("fail", "warn") else r.status
+            rows.append([r.host, r.check, status, " ".join(shown.split())])
         return rows
 
     def junit(self) -> str:
@@ -206,6 +208,24 @@ class VerifyReport(NamedTuple):
             ET.SubElement(case, "error", message=x(error[:500]), type="RunError").text = x(error)
         ET.indent(root)
         return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+SHOWN_EVIDENCE = 400
+"""Characters of a passed check's evidence in the table and Markdown (all of it is in the JSON and JUnit)."""
+
+
+def shorten(text: str, limit: int) -> str:
+    """``text`` up to ``limit`` characters, cut at a space (a word, path or version is never split)
+    and followed by how much more there is; a single word longer than ``limit`` is kept whole."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text.rfind(" ", 0, limit + 1)
+    if cut <= 0:
+        cut = text.find(" ", limit)
+        if cut < 0:
+            return text
+    return f"{text[:cut]} … (+{len(text) - cut - 1} characters: --format json shows all)"
 
 
 def _iso(timestamp: float) -> str:
