@@ -222,6 +222,18 @@ def apply_cmd(
     )
     with LiveProgress() as progress:
         prepared, result = apply(request, matrix_loader=matrix_loader(ctx), playbooks=playbooks, on_event=progress)
+    ran = not all(h.not_run is not None for h in result.hosts)
+    code = (0 if result.succeeded else 1) if ran else 1
+    _write_summary(prepared, result, check, code)
+    print_summary(prepared, result, check)
+    return code
+
+
+def print_summary(prepared, result, check: bool) -> None:
+    """apply's summary: a row per host (host and outcome whole, the cause wrapped at spaces), the
+    guards turned off and the run folder, all fit to COLUMNS, else the terminal, else 100."""
+    from provision.cli.output import echo_wrapped
+
     rows = [
         (
             h.host,
@@ -235,9 +247,6 @@ def apply_cmd(
         )
         for h in result.hosts
     ]
-    ran = not all(h.not_run is not None for h in result.hosts)
-    code = (0 if result.succeeded else 1) if ran else 1
-    _write_summary(prepared, result, check, code)
     title = f"provision apply{' --check' if check else ''}: {len(result.hosts)} host(s), {result.status}"
     print_table(
         ("host", "result", "ok", "changed", "failed", "unreachable", "rebooted", "cause"),
@@ -246,13 +255,14 @@ def apply_cmd(
         whole={0, 1},  # a host name and its outcome ("not run") stay on one line
     )
     for off in prepared.guards_off:
-        click.echo(f"guard off by {off.flag}: {off.guard} ({off.variable}: {str(off.value).lower()})")
-    click.echo(f"run folder: {prepared.run_dir}")
-    if not ran:
-        click.echo(
-            f"error: the playbook did not run (ansible-runner status {result.status}); see {result.artifacts}", err=True
+        echo_wrapped(f"guard off by {off.flag}: {off.guard} ({off.variable}: {str(off.value).lower()})", hanging="  ")
+    echo_wrapped(f"run folder: {prepared.run_dir}", hanging="  ")
+    if all(h.not_run is not None for h in result.hosts):
+        echo_wrapped(
+            f"error: the playbook did not run (ansible-runner status {result.status}); see {result.artifacts}",
+            err=True,
+            hanging="  ",
         )
-    return code
 
 
 def _write_summary(prepared, result, check: bool, code: int) -> None:
@@ -316,6 +326,7 @@ def inventory_check_cmd(ctx, *, inventory, fleet_file, plan_file):
     neither, an inventory whose hosts are all ungrouped is refused (no fleet file can plan them).
     Exit 0 when apply would start, 2 on problems (as apply).
     """
+    from provision.cli.output import echo_wrapped
     from provision.fleet.apply import check_run
     from provision.fleet.inventory import CHECKS, GROUPS, check_inventory, read_inventory, ungrouped_hosts
 
@@ -332,9 +343,14 @@ def inventory_check_cmd(ctx, *, inventory, fleet_file, plan_file):
         else:
             planned = ", ".join(g for g in groups if host in inv.groups.get(g, set())) or "-"
         rows.append((_cell(host), _cell(hv.get("ansible_host", host)), _cell(hv.get("ansible_port", 22)), planned))
-    print_table(("host", "address", "port", "planned group"), rows, title=f"{len(inv.hosts)} host(s) in {inventory}")
+    print_table(
+        ("host", "address", "port", "planned group"),
+        rows,
+        title=f"{len(inv.hosts)} host(s) in {inventory}",
+        whole={0, 1, 2},  # a host name, an address, a port: one token each (a quoted one may hold a space)
+    )
     for group, plan in plans.items():
-        click.echo(f"plan {group}: {plan_line(plan)}")
+        echo_wrapped(f"plan {group}: {plan_line(plan)}", hanging="  ")
     failed = {p.check for p in problems}
     done = {
         "host names": f"{len(inv.hosts)} inventory host name(s), each a host name or IP address",
@@ -347,26 +363,25 @@ def inventory_check_cmd(ctx, *, inventory, fleet_file, plan_file):
             else "no group named as apply sorts hosts (planned groups not checked: give --fleet FILE or --plan FILE)"
         ),
     }
-    click.echo("checks (the files only: no host was contacted):")
-    click.echo("  pass  inventory data: read as YAML/INI only (no executable, no inventory plugin)")
+    echo_wrapped("checks (the files only: no host was contacted):")
+    echo_wrapped("inventory data: read as YAML/INI only (no executable, no inventory plugin)", indent="  pass  ")
     for check in CHECKS:
         count = sum(1 for p in problems if p.check == check)
-        click.echo(
-            f"  {'FAIL' if check in failed else 'pass'}  {check}: " + (f"{count} problem(s)" if count else done[check])
-        )
+        status = "FAIL" if check in failed else "pass"
+        echo_wrapped(f"{check}: " + (f"{count} problem(s)" if count else done[check]), indent=f"  {status}  ")
     if planned_run:
         what = f"{len(plans)} group plan(s) resolve" if fleet_file else "the lock file"
-        click.echo(f"  pass  plans: {what}, valid and held to the catalogue")
+        echo_wrapped(f"plans: {what}, valid and held to the catalogue", indent="  pass  ")
     else:
-        click.echo("  skip  plans: not checked (give --fleet FILE or --plan FILE)")
+        echo_wrapped("plans: not checked (give --fleet FILE or --plan FILE)", indent="  skip  ")
     if problems:
         for line in merged(problems):
-            click.echo(f"error: {line}", err=True)
+            echo_wrapped(f"error: {line}", err=True, hanging="  ")
         fix = "the inventory or the fleet file" if fleet_file else "the inventory"
-        click.echo(f"hint: fix {fix}; provision apply refuses to start until this passes", err=True)
+        echo_wrapped(f"hint: fix {fix}; provision apply refuses to start until this passes", err=True, hanging="  ")
         return 2
     if planned_run:
-        click.echo(
+        echo_wrapped(
             "ok: every check provision apply runs before it starts passed (no host was contacted: "
             "provision verify checks the hosts themselves)"
         )
@@ -380,8 +395,8 @@ def inventory_check_cmd(ctx, *, inventory, fleet_file, plan_file):
             "--fleet FILE, or check one plan for every host with --plan FILE",
         )
     if lonely:
-        click.echo(f"note: in no group but all (no fleet file can plan them): {', '.join(lonely)}", err=True)
-    click.echo(
+        echo_wrapped(f"note: in no group but all (no fleet file can plan them): {', '.join(lonely)}", err=True)
+    echo_wrapped(
         "the inventory passed; the plans were not checked: give --fleet FILE or --plan FILE "
         "to run every check provision apply runs"
     )

@@ -25,7 +25,15 @@ from provision.errors import InputError
     timeout_help="Deadline per host. Each command on it gets at most a third, under timeout --kill-after; "
     "a host past it is reported with the facts it gave by then.",
 )
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "markdown", "json"]),
+    default="table",
+    show_default=True,
+    help="table: fits COLUMNS, else the terminal, else 100 columns (cells wrap at spaces, else one block per "
+    "host); markdown: the same rows, unwrapped; json: each host's whole scan document.",
+)
 @click.pass_context
 def scan_cmd(ctx, *, inventory, limit, out_dir, forks, host_timeout, fmt):
     """Read what each host runs now: driver release, branch and kernel-module flavour (open or
@@ -81,7 +89,7 @@ def scan_cmd(ctx, *, inventory, limit, out_dir, forks, host_timeout, fmt):
 
         sys.stdout.write(dumps_json(docs))
     else:
-        _print_table(docs)
+        _print_table(docs, fmt)
     return 1 if any(doc["error"] or not doc["reachable"] for doc in docs) else 0
 
 
@@ -140,13 +148,18 @@ def table_rows(docs: list[dict]) -> list[tuple]:
     return rows
 
 
-def _print_table(docs: list[dict]) -> None:
-    from provision.cli.output import print_table
+HEADERS = ("host", "reachable", "OS", "driver", "GPUs", "toolkit", "docker", "held")
 
-    headers = ("host", "reachable", "OS", "driver", "GPUs", "toolkit", "docker", "held")
-    print_table(headers, table_rows(docs), title="provision inventory scan")
+
+def _print_table(docs: list[dict], fmt: str = "table") -> None:
+    from provision.cli.output import echo_wrapped, markdown_table, print_table
+
+    if fmt == "markdown":
+        click.echo("## provision inventory scan\n\n" + markdown_table(HEADERS, table_rows(docs)))
+    else:
+        print_table(HEADERS, table_rows(docs), title="provision inventory scan", whole={0})
     for doc in docs:
         if doc["error"]:
-            click.echo(f"{doc['host']}: {doc['error']}")
+            echo_wrapped(f"{doc['host']}: {doc['error']}", hanging="  ")
     scanned = sum(1 for doc in docs if doc["reachable"] and not doc["error"])
-    click.echo(f"{scanned} of {len(docs)} host(s) scanned")
+    echo_wrapped(f"{scanned} of {len(docs)} host(s) scanned")
