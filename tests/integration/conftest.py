@@ -359,3 +359,32 @@ def converged_fleet(fleet_env, tmp_path_factory):
     )
     assert rc == 0, out
     return fleet_env
+
+
+def _write_host_gpu(env: FleetEnv, host: str, gpu: dict) -> None:
+    import json
+    import shlex
+
+    text = json.dumps(gpu, indent=2) + "\n"
+    env.fleet.exec(host, f"printf %s {shlex.quote(text)} > /etc/fakegpu/gpu.json && /usr/lib/fakegpu/fakegpu-dmi")
+
+
+@pytest.fixture
+def gpu_json(fleet_env):
+    """change(host, **keys): rewrite a fleet host's /etc/fakegpu/gpu.json with these keys (None removes
+    one) and refresh the kit's DMI stand-in from it (fakegpu-dmi, installed with the driver package);
+    every host changed gets its gpu.json back after the test. One `docker exec` a call (~0.2 s)."""
+    import json
+
+    saved: dict[str, dict] = {}
+
+    def change(host: str, **keys) -> dict:
+        before = json.loads(fleet_env.fleet.exec(host, "cat /etc/fakegpu/gpu.json"))
+        saved.setdefault(host, before)
+        after = {k: v for k, v in {**before, **keys}.items() if v is not None}
+        _write_host_gpu(fleet_env, host, after)
+        return after
+
+    yield change
+    for host, gpu in saved.items():
+        _write_host_gpu(fleet_env, host, gpu)
