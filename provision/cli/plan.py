@@ -23,7 +23,18 @@ compat_option = click.option(
 @click.option(
     "--os", "os_id", required=True, metavar="OS", help="Host OS id: ubuntu22.04, rocky9, … (provision matrix os)."
 )
-@click.option("--gpu", required=True, metavar="GPU", help="GPU id: a100-pcie, h100-sxm, … (provision matrix gpus).")
+@click.option(
+    "--gpu",
+    metavar="GPU",
+    help="GPU id: a100-pcie, h100-sxm, … (provision matrix gpus). Required unless --platform implies it.",
+)
+@click.option(
+    "--platform",
+    metavar="PLATFORM",
+    help="The server or GPU baseboard: dgx-a100, hgx-h100-4gpu, r750xa, … (provision matrix platforms). "
+    "It implies the GPU or checks --gpu against the GPUs it takes, decides Fabric Manager and NVLSM from its "
+    "interconnect, and gives verify the server to check (GPU count, PCIe link, NVLink, topology, DMI).",
+)
 @click.option("--driver", metavar="BRANCH|RELEASE", help="Pin the driver branch (580) or release (580.95.05).")
 @click.option("--cuda", metavar="X.Y[.Z]", help="Pin the CUDA version (12.4 or 12.4.1).")
 @click.option("--cudnn", metavar="VERSION", help="Pin the cuDNN major (9), minor (9.1) or build (9.1.0.70).")
@@ -73,9 +84,26 @@ compat_option = click.option(
 @compat_option
 @click.pass_context
 def plan_cmd(
-    ctx, *, os_id, gpu, driver, cuda, cudnn, framework, policy, mig, image_os, host_only, fmt, lock, explain, compat_dir
+    ctx,
+    *,
+    os_id,
+    gpu,
+    platform,
+    driver,
+    cuda,
+    cudnn,
+    framework,
+    policy,
+    mig,
+    image_os,
+    host_only,
+    fmt,
+    lock,
+    explain,
+    compat_dir,
 ):
-    """Resolve driver, kernel modules, CUDA, cuDNN, framework and image for an OS and a GPU.
+    """Resolve driver, kernel modules, CUDA, cuDNN, framework and image for an OS and a GPU (or a
+    platform, which implies its GPU).
 
     Every choice comes with its reason; an impossible combination is refused (exit 2) with a
     summary of the candidates tried per rule (--explain: each candidate) and the pin changes
@@ -86,6 +114,7 @@ def plan_cmd(
     return run_plan(
         os_id=os_id,
         gpu=gpu,
+        platform=platform,
         driver=driver,
         cuda=cuda,
         cudnn=cudnn,

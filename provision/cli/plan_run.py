@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 _VALUES = {
     "--os": "os_id",
     "--gpu": "gpu",
+    "--platform": "platform",
     "--driver": "driver",
     "--cuda": "cuda",
     "--cudnn": "cudnn",
@@ -37,6 +38,8 @@ _VALUES = {
 _FLAGS = {"--explain": "explain", "--host-only": "host_only"}
 _CHOICES = {"policy": ("lts", "latest"), "fmt": ("table", "markdown", "json", "yaml", "ansible")}
 _DEFAULTS = {
+    "gpu": None,
+    "platform": None,
     "driver": None,
     "cuda": None,
     "cudnn": None,
@@ -82,7 +85,7 @@ def fast_plan_args(args: list[str]) -> dict[str, object] | None:
             i += 2
         else:
             return None
-    if "os_id" not in kwargs or "gpu" not in kwargs:
+    if "os_id" not in kwargs or ("gpu" not in kwargs and "platform" not in kwargs):
         return None
     # the group's --compat-dir, else PROVISION_COMPAT_DIR (click ignores it when empty)
     group_dir = given["compat_dir"] if "compat_dir" in given else (os.environ.get("PROVISION_COMPAT_DIR") or None)
@@ -125,18 +128,41 @@ def _path_ok(path: str | None, *, directory: bool) -> bool:
 
 
 def run_plan(
-    *, os_id, gpu, driver, cuda, cudnn, framework, policy, mig, image_os, host_only, fmt, lock, explain, compat_dir
+    *,
+    os_id,
+    gpu,
+    platform=None,
+    driver,
+    cuda,
+    cudnn,
+    framework,
+    policy,
+    mig,
+    image_os,
+    host_only,
+    fmt,
+    lock,
+    explain,
+    compat_dir,
 ) -> int:
     """`provision plan`: resolve, then print the plan (and write the lock file)."""
     from provision.cli.common import check_output, load_catalogue, resolve_or_refuse
     from provision.cli.output import dumps_json, dumps_yaml, echo
     from provision.plan.model import PlanRequest, write_plan
 
+    if gpu is None and platform is None:
+        from provision.errors import InputError
+
+        raise InputError(
+            "give --gpu, or --platform to imply it",
+            hint="provision matrix gpus lists the GPUs, provision matrix platforms the servers and baseboards",
+        )
     check_output(lock, "--lock")
     matrix = load_catalogue(compat_dir)
     request = PlanRequest(
         os=os_id,
         gpu=gpu,
+        platform=platform,
         driver=driver,
         cuda=cuda,
         cudnn=cudnn,
@@ -223,6 +249,7 @@ def plan_rows(p: Plan) -> list[tuple[str, str]]:
         ("os", f"{p.os.name} ({p.os.id}, {p.os.pkg_manager}, repo {repo})"),
         *([("host", f"{p.os.arch} (images for {p.platform}, {p.os.arch} wheels)")] if other_arch else []),
         ("gpu", f"{p.gpu.name} ({p.gpu.id}, sm_{p.gpu.compute_capability.replace('.', '')}, {p.gpu.architecture})"),
+        *([("server", _server_text(p.server))] if p.server is not None else []),
         (
             "driver",
             f"R{p.driver.branch} {p.driver.version} ({p.driver.branch_type}), {p.driver.kernel_module} kernel modules",
@@ -264,6 +291,24 @@ def plan_rows(p: Plan) -> list[tuple[str, str]]:
         ("digest", p.digest()),
     ]
     return rows
+
+
+def _server_text(s) -> str:
+    """The platform row: what the server carries and what verify holds a host to."""
+    count = "" if s.gpu_count is None else (f"up to {s.gpu_count}" if s.gpu_count_is == "up-to" else str(s.gpu_count))
+    link = {
+        "nvswitch": f"NVSwitch{f' gen {s.nvswitch_generation}' if s.nvswitch_generation else ''}"
+        + (f" x{s.nvswitch_count}" if s.nvswitch_count else ""),
+        "nvlink": "NVLink, no NVSwitch",
+        "nvlink-bridge": "NVLink bridges" + (" (optional)" if s.interconnect_optional else ""),
+        "none": "PCIe only",
+    }.get(s.interconnect or "", "interconnect not catalogued")
+    pcie = f"PCIe Gen{s.pcie_generation or '?'} x{s.pcie_width or '?'}" if s.pcie_generation or s.pcie_width else ""
+    parts = [f"{count} GPUs" if count else "", "/".join(s.form_factors), link, pcie]
+    text = f"{s.name} ({s.id}): " + ", ".join(p for p in parts if p)
+    if s.unconfirmed:
+        text += f"; unconfirmed: {', '.join(s.unconfirmed)}"
+    return text
 
 
 def _image_os_text(p: Plan) -> str:

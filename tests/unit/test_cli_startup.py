@@ -73,6 +73,8 @@ FAST = [
     ["--compat-dir", "{T}/nope", "plan", "--os", "rocky9", "--gpu", G, "--compat-dir", "{C}"],
     ["plan", "--os", "rocky9", "--gpu", G],  # PROVISION_COMPAT_DIR
     ["plan", "--os", "rocky9", "--gpu", "a100-pcie", "--compat-dir", "{LIVE}"],
+    ["plan", "--os", "ubuntu22.04", "--platform", "dgx-a100", "--compat-dir", "{LIVE}"],
+    ["plan", "--os", "ubuntu22.04", "--platform", "r750xa", "--gpu", "a100-sxm4-80gb", "--compat-dir", "{LIVE}"],
 ]
 SLOW = [
     ["--help"],

@@ -334,9 +334,9 @@ def test_mig_plan_json_and_up_to_counts(cli):
             "--gpu h200",
         ),
         (
-            ["--platform", "dgx-a100"],
-            "error: platform dgx-a100 (NVIDIA DGX A100) takes 2 GPU models: --gpu must say which",
-            "--gpu a100-sxm4-40gb or --gpu a100-sxm4-80gb",
+            ["--platform", "dgx-a100"],  # it implies the a100-sxm4 group, whose models' MIG layouts differ
+            "error: a100-sxm4 covers GPUs with different MIG layouts",
+            "--gpu a100-sxm4-40gb, --gpu a100-sxm4-80gb",
         ),
         (["--platform", "hgx-h100"], "error: unknown platform 'hgx-h100'", "did you mean"),
         ([], "error: no GPU given", "--platform"),

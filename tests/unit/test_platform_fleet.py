@@ -128,9 +128,9 @@ REFUSED = [
         "a100-sxm4-80gb",
     ),
     (
-        {**FLEET, "hgx4": {"os": "ubuntu22.04", "platform": "hgx-a100-4gpu"}},
-        "error: fleet group 'hgx4': platform hgx-a100-4gpu (NVIDIA HGX A100 4-GPU) takes 2 GPU models: --gpu must say which",
-        "a100-sxm4-40gb",
+        {**FLEET, "hgx4": {"os": "ubuntu22.04", "platform": "xe9680"}},  # no catalogued group of its 3 models
+        "error: fleet group 'hgx4': platform xe9680 (Dell PowerEdge XE9680) takes 3 GPU models: --gpu must say which",
+        "h200",
     ),
 ]
 
