@@ -23,8 +23,13 @@ HOLD = "Hold the driver and Fabric Manager packages."
 LOCK = "Lock the driver and Fabric Manager packages at the planned version."
 GATE = "Check the host's health before it returns to service."
 
-FOUR_GPU = [("hgx-h100-4gpu", None), ("hgx-a100-4gpu", "a100-sxm4-80gb"), ("hgx-a100-4gpu", "a100-sxm4-40gb")]
-NVSWITCH = [("dgx-h100", None), ("dgx-a100", "a100-sxm4-80gb"), ("hgx-a100-8gpu", "a100-sxm4-40gb")]
+FOUR_GPU = [
+    ("hgx-h100-4gpu", None),
+    ("hgx-a100-4gpu", None),  # the a100-sxm4 group, as `provision plan --platform hgx-a100-4gpu` implies it
+    ("hgx-a100-4gpu", "a100-sxm4-80gb"),
+    ("hgx-a100-4gpu", "a100-sxm4-40gb"),
+]
+NVSWITCH = [("dgx-h100", None), ("dgx-a100", None), ("dgx-a100", "a100-sxm4-80gb"), ("hgx-a100-8gpu", "a100-sxm4-40gb")]
 
 
 def plan_vars(real_matrix, os_id: str, platform: str, gpu: str | None) -> dict:
