@@ -375,7 +375,7 @@ class FleetGroup(NamedTuple):
 STRING_KEYS = ("os", "gpu", "platform", "driver", "cuda", "cudnn", "framework", "policy", "mig", "image_os")
 REQUEST_KEYS = (*STRING_KEYS, "host_only")
 VERSION_KEYS = ("driver", "cuda", "cudnn", "framework")  # must be YAML strings: cudnn: 9.10 is the float 9.1
-FLEET_HINT = "see the README's fleet file example"
+FLEET_HINT = "see the fleet file example in docs/fleets.md"
 
 
 def _fleet_path(value: Any, where: str, example: str) -> str:
@@ -395,7 +395,7 @@ def load_fleet(path: str) -> list[FleetGroup]:
     origin = f"fleet file {path!r}"
     doc = load_yaml(read_text(path, "fleet file", max_bytes=1024 * 1024), origin, versions=VERSION_KEYS)
     if not isinstance(doc, dict) or not isinstance(doc.get("groups"), dict) or not doc["groups"]:
-        raise InputError(f"{origin} has no groups", hint="write groups: {GROUP: {os: OS, gpu: GPU}} (see README)")
+        raise InputError(f"{origin} has no groups", hint="write groups: {GROUP: {os: OS, gpu: GPU}} (see docs/fleets.md)")
     if set(doc) != {"groups"}:
         raise InputError(f"{origin} has unknown top-level keys {sorted(set(doc) - {'groups'})}", hint=FLEET_HINT)
     out = []

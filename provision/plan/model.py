@@ -1,7 +1,7 @@
 """The plan: what a host and its images must run. Everything after ``provision plan`` reads this.
 
 ``Plan.to_dict()`` is the only serialiser and ``Plan.from_dict()`` its exact inverse; the JSON
-document they exchange is the contract in the README (``"schema": 2``; schema 1 locks are still
+document they exchange is the contract in docs/plans.md (``"schema": 2``; schema 1 locks are still
 read and their digests verified).
 
 A plan has a host part (``HOST_PART``: os, gpu, driver, Fabric Manager, subnet manager, Container
