@@ -406,7 +406,11 @@ def inventory_check_cmd(ctx, *, inventory, fleet_file, plan_file):
 def plan_line(plan) -> str:
     """One plan in a line: GPU, OS, driver and, with an image part, its CUDA (a host-only plan has none)."""
     image = f"CUDA {plan.cuda.version}" if plan.cuda is not None else "host only (no image part)"
-    return f"{plan.gpu.id} on {plan.os.id}, driver {plan.driver.version}, {image}"
+    server = ""
+    if plan.server is not None:
+        count = plan.server.gpu_count
+        server = f" in {plan.server.id}" + (f" (x{count})" if count else "")
+    return f"{plan.gpu.id}{server} on {plan.os.id}, driver {plan.driver.version}, {image}"
 
 
 def _cell(value) -> str:

@@ -100,8 +100,8 @@ def test_inventory_check_and_check_read_platforms(cli, tmp_path):
     fleet = write(tmp_path, FLEET)
     r = cli("inventory", "check", "-i", inventory(tmp_path), "--fleet", fleet)
     assert r.code == 0, r
-    assert "plan dgx: h100-sxm on ubuntu22.04" in r.out
-    assert "plan hgx4: h100-sxm on ubuntu22.04" in r.out
+    assert "plan dgx: h100-sxm in dgx-h100 (x8) on ubuntu22.04" in r.out
+    assert "plan hgx4: h100-sxm in hgx-h100-4gpu (x4) on ubuntu22.04" in r.out
     assert "pass  plans: 2 group plan(s) resolve" in r.out
     image = tmp_path / "img.lock.json"
     assert cli("plan", "--os", "ubuntu22.04", "--gpu", "h100-sxm", "--lock", str(image), "--format", "json").code == 0

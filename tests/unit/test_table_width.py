@@ -225,7 +225,9 @@ def test_plan(at, width, request_args):
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-@pytest.mark.parametrize("topic", ["gpus", "os", "drivers", "cuda", "cudnn", "frameworks", "images", "stacks"])
+@pytest.mark.parametrize(
+    "topic", ["gpus", "platforms", "os", "drivers", "cuda", "cudnn", "frameworks", "images", "stacks"]
+)
 def test_matrix_listings(at, width, topic):
     table, md = at(width, "matrix", topic), at(width, "matrix", topic, "--format", "markdown")
     assert_fits_and_whole(table.out, md.out, width)
@@ -233,7 +235,7 @@ def test_matrix_listings(at, width, topic):
 
 def test_matrix_listings_at_100_columns_stay_tables(at):
     """A listing leaves rarely needed columns out (and names them) rather than turning into blocks."""
-    for topic in ("gpus", "os", "drivers", "cuda", "cudnn", "frameworks", "images", "stacks"):
+    for topic in ("gpus", "platforms", "os", "drivers", "cuda", "cudnn", "frameworks", "images", "stacks"):
         out = at(100, "matrix", topic).out
         assert re.search(r"^-+  -+", out, re.M), topic
     hidden = left_out(at(100, "matrix", "images").out, 100)
