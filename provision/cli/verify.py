@@ -83,7 +83,9 @@ def verify_cmd(
     """Check that hosts match their plan: OS, nouveau, the nvidia module and nvidia-smi at the
     planned driver, GPU model and count, packages at planned versions and held, persistence, the
     fabric manager, the Container Toolkit, the nvidia runtime, a GPU container, the MIG layout,
-    Secure Boot against module signing; with --fleet, that each image a host's group lists
+    Secure Boot against module signing; with a platform in the plan (platform: in the fleet file,
+    plan --platform), the server around the GPUs: DMI vendor and product, GPU count, PCIe link,
+    NVLink, the topo -m relation (server-*); with --fleet, that each image a host's group lists
     (images:) runs on the driver and GPU the host reports (image-runs). Changes nothing on the
     hosts.
 

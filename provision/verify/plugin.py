@@ -15,7 +15,7 @@ from provision.hostpool import OUTPUT_LIMIT
 from provision.verify.facts import HostFacts
 from provision.verify.report import CheckResult, clean
 
-MODULE_ORDER = ("check_system", "check_driver", "check_containers", "check_images")
+MODULE_ORDER = ("check_system", "check_driver", "check_server", "check_containers", "check_images")
 DETAIL_LIMIT = 2000  # characters of a check's detail kept in the report
 EVIDENCE_LIMIT = 1000  # characters of one line of evidence
 MAX_EVIDENCE = 64  # lines of evidence kept per check

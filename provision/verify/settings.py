@@ -24,12 +24,13 @@ BOOLEANS = {
     "nvidia_driver_hold_kernel": True,
     "nvidia_driver_persistenced": True,
     "nvidia_driver_subnet_manager": True,
+    "nvidia_driver_fabric_manager_start": True,
     "container_runtime_hold": True,
     "container_runtime_default_runtime": False,
     "provision_mig_enabled": False,
 }
 ENGINES = ("docker", "containerd")  # container_runtime_engine's choices (the role's argument spec)
-PATHS = ("container_runtime_daemon_json", "preflight_secure_boot_efivar")
+PATHS = ("container_runtime_daemon_json", "preflight_secure_boot_efivar", "verify_dmi_dir")
 HINT = "write true or false (Ansible also reads yes/no, on/off, 1/0)"
 
 
