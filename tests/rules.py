@@ -9,7 +9,7 @@ from __future__ import annotations
 from provision.matrix.model import Matrix
 from provision.plan.model import Plan
 from provision.versions import DottedVersion as V
-from provision.versions import major_minor
+from provision.versions import major_minor, parse_version, prefix_matches
 
 
 def violations(matrix: Matrix, plan: Plan) -> list[str]:  # noqa: PLR0915 - one rule a paragraph
@@ -80,6 +80,14 @@ def violations(matrix: Matrix, plan: Plan) -> list[str]:  # noqa: PLR0915 - one 
             out.append("a --host-only plan with an image part")
         if plan.images or plan.image_os is not None:
             out.append("a --host-only plan with images")
+        if req.cuda is not None:  # the CUDA images the host must run: every catalogued release of the pin
+            from provision.matrix.runs_on import decide, needs_for_cuda
+
+            for c in (c for c in matrix.cuda if prefix_matches(req.cuda, c.version)):
+                if not decide(matrix, needs_for_cuda(matrix, c), parse_version(plan.driver.version), gpu).runs:
+                    out.append(
+                        f"--host-only --cuda {req.cuda}: driver {plan.driver.version} does not run CUDA {c.version}"
+                    )
         return out + _host_rules(matrix, plan, gpu)
 
     # the images' OS: the one asked for (a host OS id means its own images), else the host's own

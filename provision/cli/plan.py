@@ -64,7 +64,7 @@ compat_option = click.option(
     "--host-only",
     is_flag=True,
     help="Plan the host alone (driver, kernel modules, Fabric Manager, Container Toolkit): no image part, "
-    "never refused because of an image.",
+    "never refused because of an image. With --cuda, the driver is one that runs those CUDA images.",
 )
 @click.option(
     "--format",

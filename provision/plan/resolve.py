@@ -550,12 +550,20 @@ def _published_image_oses(matrix: m.Matrix) -> list[str]:
 
 
 def _host_only_pins(request: PlanRequest) -> None:
-    """A --host-only request with image pins: refused, since nothing would honour them."""
-    given = [f"--{k.replace('_', '-')}" for k in ("cuda", "cudnn", "framework", "image_os") if getattr(request, k)]
+    """A --host-only request with a cuDNN or framework pin: refused, since nothing would honour
+    them. --cuda (and --image-os) say which images the host must run: the driver is chosen so
+    that it runs them (_host_cuda), and no image is planned."""
+    given = [f"--{k}" for k in ("cudnn", "framework") if getattr(request, k)]
     if request.host_only and given:
         raise BadPin(
             f"--host-only plans no image, so {' and '.join(given)} cannot apply",
-            hint=f"drop {' and '.join(given)}, or drop --host-only to plan an image too",
+            hint=f"drop {' and '.join(given)} (--cuda alone names the CUDA images the host must run), or drop "
+            "--host-only to plan an image too",
+        )
+    if request.host_only and request.image_os and not request.cuda:
+        raise BadPin(
+            "--host-only plans no image, so --image-os alone cannot apply (a host runs images of any OS)",
+            hint="drop --image-os, or add --cuda X.Y to name the CUDA images the host must run",
         )
 
 
@@ -666,7 +674,9 @@ def _search(ctx: Context) -> Plan | None:
     if not drivers:
         return None
     if ctx.request.host_only:
-        return _host_plan(ctx, drivers[0])
+        if ctx.pins.cuda is None:
+            return _host_plan(ctx, drivers[0])
+        return _host_cuda(ctx, drivers)
     builds = _framework_candidates(ctx)
     if ctx.pins.framework is not None and not builds:
         return None
@@ -1272,7 +1282,48 @@ def _require(ctx: Context, cand: Candidate) -> str:
     return runs_on.require_cuda(ctx.matrix, needs)
 
 
-def _host_plan(ctx: Context, drv: DriverChoice) -> Plan:
+def _host_cuda(ctx: Context, drivers: list[DriverChoice]) -> Plan:
+    """--host-only --cuda X: the first driver candidate that runs every catalogued CUDA X release's
+    nvidia/cuda images on the GPU (provision.matrix.runs_on's rule: native, then minor-version,
+    then forward compatibility), with no image part; BadPin naming the closest refusal when none does."""
+    pin = ctx.pins.cuda
+    releases = [c for c in ctx.matrix.cuda if prefix_matches(pin, c.version)]
+    if not releases:
+        raise BadPin(
+            f"--cuda {pin} is not a catalogued CUDA release",
+            hint=f"provision matrix cuda lists them (newest: {ctx.matrix.cuda[0].version})",
+        )
+    needs = [runs_on.needs_for_cuda(ctx.matrix, c, f"CUDA {c.version} images") for c in releases]
+    verdicts = []
+    for tier in TIERS:
+        for drv in drivers:
+            found = [runs_on.decide(ctx.matrix, n, drv.release.version, ctx.gpus[0]) for n in needs]
+            verdicts.append((drv, found))
+            if all(v.runs for v in found) and max(TIERS.index(v.mode) for v in found) <= TIERS.index(tier):
+                worst = max(found, key=lambda v: TIERS.index(v.mode))
+                why = Reason(
+                    "image",
+                    f"none planned (--host-only); the driver runs the CUDA {pin} images the host must run: "
+                    f"{worst.mode} ({worst.reason})"
+                    + (f"; limits: {'; '.join(worst.limits)}" if worst.limits else "")
+                    + (
+                        f"; any image OS ({ctx.request.image_os} asked): a host runs images of any OS"
+                        if ctx.request.image_os
+                        else ""
+                    ),
+                    None,
+                )
+                return _host_plan(ctx, drv, why)
+    drv, found = verdicts[0]
+    refused = next(v for v in found if not v.runs)
+    raise BadPin(
+        f"--host-only --cuda {pin}: no candidate driver runs CUDA {pin} images on {ctx.gpu_id} "
+        f"(R{drv.branch.branch}: {refused.reason})",
+        hint=f"provision runs-on --gpu {ctx.gpu_id} --driver RELEASE says what a driver runs; or drop --cuda",
+    )
+
+
+def _host_plan(ctx: Context, drv: DriverChoice, image_why: Reason | None = None) -> Plan:
     """A --host-only plan: the host part of the policy's (or the pin's) first driver candidate,
     with no image part; nothing about an image can refuse it."""
     platform_id = ctx.platform.id if ctx.platform is not None else None
@@ -1281,7 +1332,7 @@ def _host_plan(ctx: Context, drv: DriverChoice) -> Plan:
     )
     driver, driver_reasons, fabric, subnet_manager, hardware_reasons = _driver_parts(ctx, drv)
     toolkit, toolkit_why = _kept(ctx, ("toolkit-part",), _toolkit_part, ctx.matrix)
-    none = Reason(
+    none = image_why or Reason(
         "image",
         "none: --host-only plans the host alone (driver, kernel modules, Fabric Manager, Container Toolkit); "
         f"which images run on it: provision runs-on --driver {driver.version} --gpu {ctx.gpu_id}",

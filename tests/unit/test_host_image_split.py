@@ -122,14 +122,49 @@ def test_host_only_takes_the_driver_a_full_plan_takes(real_matrix):
         assert host.container_toolkit == full.container_toolkit
 
 
-@pytest.mark.parametrize(
-    "pins", [{"cuda": "12.4"}, {"framework": "pytorch"}, {"cudnn": "9"}, {"image_os": "ubuntu22.04"}]
-)
+@pytest.mark.parametrize("pins", [{"framework": "pytorch"}, {"cudnn": "9"}, {"image_os": "ubuntu22.04"}])
 def test_host_only_with_image_pins_is_refused(real_matrix, pins):
     with pytest.raises(BadPin) as info:
         resolve(real_matrix, PlanRequest("rocky9", "t4", host_only=True, **pins))
     assert "--host-only plans no image" in info.value.message
     assert "drop" in info.value.hint
+
+
+def test_host_only_on_the_refused_request_exits_0_with_no_image_part(cli):
+    """Issue 21: the request refused for want of a rockylinux9 CUDA 11.8 image plans its host with
+    --host-only; --cuda (and --image-os) then say which images the host must run."""
+    refused = cli("plan", "--os", "rocky9", "--gpu", "t4", "--cuda", "11.8")
+    assert refused.code == 2
+    assert "--image-os" in refused.err
+    for extra in ([], ["--image-os", "ubuntu22.04"]):
+        result = cli(
+            "plan", "--os", "rocky9", "--gpu", "t4", "--cuda", "11.8", *extra, "--host-only", "--format", "json"
+        )
+        assert result.code == 0, result
+        doc = json.loads(result.out)
+        for key in ("cuda", "cudnn", "framework", "base_image", "image_os"):
+            assert doc[key] is None, key
+        assert doc["request"]["cuda"] == "11.8"
+        image = next(r["text"] for r in doc["reasons"] if r["component"] == "image")
+        assert "runs the CUDA 11.8 images the host must run: native" in image
+
+
+def test_host_only_cuda_chooses_a_driver_that_runs_it_by_the_rule(real_matrix):
+    from provision.matrix.runs_on import decide, needs_for_cuda
+    from provision.versions import parse_version
+
+    plan = resolve(real_matrix, PlanRequest("rocky9", "t4", driver="535", cuda="13.0", host_only=True))
+    assert plan.cuda is None
+    assert plan.driver.branch == "535"
+    gpu = next(g for g in real_matrix.gpus if g.id == "t4")
+    for cuda in (c for c in real_matrix.cuda if str(c.version).startswith("13.0")):
+        verdict = decide(real_matrix, needs_for_cuda(real_matrix, cuda), parse_version(plan.driver.version), gpu)
+        assert verdict.mode == "forward-compat"  # R535 runs CUDA 13.0 on a T4 only through cuda-compat
+    assert any("forward-compat" in r.text for r in plan.reasons if r.component == "image")
+    with pytest.raises(BadPin) as info:  # CUDA 13 dropped Volta: no driver runs its images on a V100
+        resolve(real_matrix, PlanRequest("rocky9", "v100", cuda="13.0", host_only=True))
+    assert "no candidate driver runs CUDA 13.0 images on v100" in info.value.message
+    assert "sm_70" in info.value.message
 
 
 def test_host_only_table_says_there_is_no_image(cli):
