@@ -54,7 +54,10 @@ def doctor_cmd(ctx, *, local, inventory, limit, files, app_logs, save_dir, sudo,
     errors, driver/library mismatch, a driver that is not loaded, a GPU the driver does not
     support or cannot initialise, no NVIDIA GPU on the PCI bus, CUDA newer than the driver,
     throttling and temperatures, ECC / retired pages / remapped rows, inactive NVLink, MIG
-    changes pending, persistence off, a degraded PCIe link, out-of-memory.
+    changes pending, persistence off, a degraded PCIe link, out-of-memory. From the server's BMC
+    (ipmitool, FreeIPMI): fans, temperatures and power past their thresholds, failed or unpowered
+    power supplies and lost redundancy, chassis intrusion, each linked to the GPU slowdown it
+    causes; --local and -i read it in-band with ipmitool where installed.
 
     \b
     provision doctor --local

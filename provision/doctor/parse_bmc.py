@@ -369,8 +369,10 @@ class _Parser:
         self._count(dialect)
 
     def _elist(self, f: list[str], line: str) -> None:
-        value, unit = _reading(f[4])
-        states = () if value is not None else _states(f[4])
+        # a reading may carry states after it: "0 Watts, Presence detected, Failure detected" (HP iLO)
+        reading, _, rest = f[4].partition(",")
+        value, unit = _reading(reading)
+        states = _states(rest) if value is not None else _states(f[4])
         self.sensors.append(Sensor(f[0], value, unit, f[2].lower(), {}, states, "", _cut(line)))
         self._count("ipmitool sdr elist")
 

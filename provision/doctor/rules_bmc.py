@@ -273,9 +273,11 @@ def _sensor_rules(src: str, s: Sensor, add: Add) -> None:
             if hit:
                 ident = "bmc-power-critical" if hit[0] == "critical" else "bmc-power-high"
                 _add(add, ident, f"{s.name} {hit[1].split(',')[0]}", f"{s.name} {hit[1]} {where}", s.name)
+    # a state belongs to what the sensor is named for: "Power Supply 1 | 0 Watts, Failure detected" is a PSU
+    named = "psu" if _family(s.name, s.stype) == "psu" else family
     for state in s.states:
         meaning = _means(state)
-        ident = _state_ident(meaning, family) if meaning else None
+        ident = _state_ident(meaning, named) if meaning else None
         if ident:
             _add(add, ident, f"{s.name} reports {state}", f"{s.name}: state [{state}] asserted {where}", s.name)
 

@@ -47,6 +47,11 @@ EXPECTED = {
     "supermicro__sel-csv-export__fana-lower-critical-going-low-partial.txt": {
         ("bmc-fan-failed", "error", "FANA"),
     },
+    # a reading with states after it ("0 Watts, Presence detected, Failure detected"), every status `ok`
+    "hpe-ilo2__ipmitool-sdr-elist-full__dl360-psu1-failure-detected-0-watts.txt": {
+        ("bmc-psu-failed", "error", "Power Supply 1"),
+        ("bmc-psu-redundancy-degraded", "warning", "Power Supplies"),
+    },
     # a fault the file cannot show: nothing may be invented
     "intel-naming__ipmitool-sdr__pwr-unit-redund-0x00-ok.txt": set(),
     "hpe-ilo5__freeipmi-ipmi-sensors__dl360-gen10-failing-psu-reads-na.txt": set(),
@@ -72,6 +77,7 @@ KIND = {
     "ipmitool-sdr": "bmc-sdr",
     "ipmitool-sdr-list-full": "bmc-sdr",
     "ipmitool-sdr-elist-all": "bmc-sdr",
+    "ipmitool-sdr-elist-full": "bmc-sdr",
     "ipmitool-sdr-type-temperature": "bmc-sdr",
     "ipmitool-sdr-get-v": "bmc-sdr",
     "ipmitool-c-sdr-elist": "bmc-sdr",
