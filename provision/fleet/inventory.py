@@ -395,7 +395,9 @@ def load_fleet(path: str) -> list[FleetGroup]:
     origin = f"fleet file {path!r}"
     doc = load_yaml(read_text(path, "fleet file", max_bytes=1024 * 1024), origin, versions=VERSION_KEYS)
     if not isinstance(doc, dict) or not isinstance(doc.get("groups"), dict) or not doc["groups"]:
-        raise InputError(f"{origin} has no groups", hint="write groups: {GROUP: {os: OS, gpu: GPU}} (see docs/fleets.md)")
+        raise InputError(
+            f"{origin} has no groups", hint="write groups: {GROUP: {os: OS, gpu: GPU}} (see docs/fleets.md)"
+        )
     if set(doc) != {"groups"}:
         raise InputError(f"{origin} has unknown top-level keys {sorted(set(doc) - {'groups'})}", hint=FLEET_HINT)
     out = []
