@@ -307,10 +307,10 @@ def _print_table(report, fmt: str = "table") -> None:
     host_errors = report.host_errors()
     for host, results in report.by_host().items():
         c = report.counts(results)
-        if host in host_errors:
+        if host in host_errors:  # the error itself is its row above: said once (issue 23)
             echo_wrapped(
-                f"{host}: ERROR {host_errors[host]}"
-                + (f" ({c['pass']} passed, {c['fail']} failed)" if results else ""),
+                f"{host}: ERROR, not verified"
+                + (f" ({c['pass']} passed, {c['fail']} failed before it)" if results else ""),
                 hanging="  ",
             )
             continue

@@ -271,7 +271,9 @@ def test_verify_report_of_a_fleet(width, local_run, capsys, monkeypatch):
     assert_whole(table, cells, width)
     assert markdown_tables(markdown)[0][0] == HEADERS
     flat = " ".join(table.split())
-    assert "gpu-x.fra2.example.net: ERROR host unreachable: ssh: connect to host gpu-x.fra2.example.net port 22" in flat
+    assert "host unreachable: ssh: connect to host gpu-x.fra2.example.net port 22" in flat
+    assert flat.count("host unreachable") == 1  # in its row only, not again in the summary line
+    assert "gpu-x.fra2.example.net: ERROR, not verified" in flat
 
 
 def test_verify_table_is_columns_where_they_fit_and_a_line_per_check_else(local_run):

@@ -692,7 +692,10 @@ def test_unreachable_host_is_one_error_line(cli, tmp_path):
     xmlschema.XMLSchema(JUNIT_10).validate(str(junit))
     table = cli(*args)
     assert "CommandResult" not in table.out + table.err
-    assert "root@127.0.0.1:1: ERROR host unreachable: ssh: connect to host 127.0.0.1 port 1" in table.out
+    flat = " ".join(table.out.split())
+    assert "root@127.0.0.1:1 - ERROR host unreachable: ssh: connect to host 127.0.0.1 port 1" in flat
+    assert flat.count("host unreachable") == 1, "the error is printed once (issue 23)"
+    assert "root@127.0.0.1:1: ERROR, not verified" in flat
 
 
 def test_hung_nvidia_smi_on_this_machine_ends_within_the_deadline(cli, tmp_path, monkeypatch):
