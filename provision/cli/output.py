@@ -99,10 +99,13 @@ def dumps_yaml(doc: Any) -> str:
 
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A GitHub Markdown table: no width limit (a renderer wraps it); ``|`` escaped, newlines as spaces."""
+    """A GitHub Markdown table: no width limit (a renderer wraps it); ``|`` escaped, newlines as spaces.
+    A cell may hold what a host printed, so nothing in it renders as markup beyond text: ``<`` (an
+    HTML tag or autolink) and ``](`` (a link) are escaped too."""
 
     def cell(value: Any) -> str:
-        return _text(value).replace("|", "\\|").replace("\n", " ")
+        text = _text(value).replace("|", "\\|").replace("\n", " ")
+        return text.replace("<", "&lt;").replace("](", "]\\(")
 
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]

@@ -157,7 +157,8 @@ def markdown_tables(text: str) -> list[tuple[list[str], list[list[str]]]]:
 
 def _cells(line: str) -> list[str]:
     parts = re.split(r"(?<!\\) \| ", line.strip()[2:-2])
-    return [p.replace("\\|", "|").replace("`", "") for p in parts]
+    # a cell as markdown_table escaped it: \| , &lt; and ]\( (host text never renders as markup)
+    return [p.replace("\\|", "|").replace("&lt;", "<").replace("]\\(", "](").replace("`", "") for p in parts]
 
 
 def left_out(text: str, width: int) -> set[str]:
@@ -367,3 +368,19 @@ def test_plan_fast_path_prints_what_click_does(fmt):
     assert fast.returncode == 0, fast.stderr
     if fmt == "table":  # but the digest, one token wider than the line
         assert all(len(line) <= 72 or len(line.split()) == 1 for line in fast.stdout.splitlines())
+
+
+def test_markdown_cells_never_render_host_text_as_markup():
+    """A cell may hold what a host printed (doctor, verify, scan --format markdown in a CI step
+    summary): a tag, an autolink or a link is text, not markup."""
+    from provision.cli.output import markdown_table
+
+    hostile = "<img src=x onerror=alert(1)> [click](https://attacker.example/) <https://attacker.example/> a|b"
+    text = markdown_table(["evidence"], [[hostile]])
+    row = text.splitlines()[2]
+    assert "<" not in row
+    assert "](" not in row
+    assert "&lt;img src=x onerror=alert(1)>" in row
+    assert "[click]\\(https://attacker.example/)" in row
+    assert "a\\|b" in row
+    assert _cells(row) == [hostile]  # nothing lost: the escapes read back to the text
