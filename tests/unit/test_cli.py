@@ -134,7 +134,14 @@ def test_refusal_lists_what_was_tried(cli, fixture_matrix):
 
 
 def test_missing_option_is_a_usage_error(cli):
-    assert_error(cli("plan", "--os", OS), 2, "Missing option '--gpu'", "provision plan --help")
+    assert_error(cli("plan", "--gpu", GPU), 2, "Missing option '--os'", "provision plan --help")
+    # --gpu may be left out for a --platform that implies it; neither is one line and exit 2
+    assert_error(
+        cli("plan", "--os", OS),
+        2,
+        "give --gpu, or --platform to imply it",
+        "provision matrix gpus lists the GPUs, provision matrix platforms the servers and baseboards",
+    )
 
 
 def test_broken_compat_dir_exits_3(cli, tmp_path):
