@@ -1294,12 +1294,12 @@ def _host_cuda(ctx: Context, drivers: list[DriverChoice]) -> Plan:
             hint=f"provision matrix cuda lists them (newest: {ctx.matrix.cuda[0].version})",
         )
     needs = [runs_on.needs_for_cuda(ctx.matrix, c, f"CUDA {c.version} images") for c in releases]
-    verdicts = []
-    for tier in TIERS:
-        for drv in drivers:
-            found = [runs_on.decide(ctx.matrix, n, drv.release.version, ctx.gpus[0]) for n in needs]
-            verdicts.append((drv, found))
-            if all(v.runs for v in found) and max(TIERS.index(v.mode) for v in found) <= TIERS.index(tier):
+    verdicts = [
+        (drv, [runs_on.decide(ctx.matrix, n, drv.release.version, ctx.gpus[0]) for n in needs]) for drv in drivers
+    ]
+    for tier in range(len(TIERS)):  # native on any candidate before minor-version before forward-compat
+        for drv, found in verdicts:
+            if all(v.runs for v in found) and max(TIERS.index(v.mode) for v in found) <= tier:
                 worst = max(found, key=lambda v: TIERS.index(v.mode))
                 why = Reason(
                     "image",
