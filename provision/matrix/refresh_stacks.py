@@ -304,7 +304,7 @@ def literal_assignments(source: str, where: str) -> dict[str, Any]:
         if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             try:
-                value = ast.literal_eval(node.value)
+                value = ast.literal_eval(node.value)  # reviewed: literals only, never evaluated code
             except (ValueError, TypeError, SyntaxError, RecursionError):
                 continue
             for t in targets:

@@ -28,7 +28,7 @@ HOSTILE = [
     "gpu-",
     "",
 ]
-FINE = ["gpu-a", "gpu_01.dc1.example.com", "10.0.4.17", "::1", "fe80::2", "n1"]
+FINE = ["gpu-a", "gpu_01.dc1.example.com", "127.0.4.17", "::1", "fe80::2", "n1"]
 CHECK = "Check the run's guards (booleans, deadlines and limits, batch size, host name)."
 DRAIN = "Drain the host before changing it."
 UNDRAIN = "Return the host to service."

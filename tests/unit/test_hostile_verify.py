@@ -269,7 +269,7 @@ def test_the_environment_and_ansible_cfg_are_held_to_the_same_rule():
 
 def test_ordinary_ssh_options_pass_one_argument_each():
     options = "-o StrictHostKeyChecking=no -o 'UserKnownHostsFile /dev/null' -J ops@bastion:22 -C -o SendEnv=LC_*"
-    connection = connect("gpu-a", {"ansible_host": "10.0.0.7", "ansible_ssh_common_args": options})
+    connection = connect("gpu-a", {"ansible_host": "127.0.0.7", "ansible_ssh_common_args": options})
     assert connection.ssh_args == (
         "-o",
         "StrictHostKeyChecking=no",

@@ -172,7 +172,7 @@ def test_doctor_of_an_inventory_renders_every_host(width, capsys, monkeypatch, r
             None,
         ),
         ("gpu-v100-a.fra2", diagnose_files([str(DOCTOR / CAPTURES[2][0])], matrix=real_matrix), None),
-        ("gpu-x.fra2", None, "ssh: connect to host 10.20.30.40 port 22: No route to host"),
+        ("gpu-x.fra2", None, "ssh: connect to host 127.20.30.40 port 22: No route to host"),
     ]
     assert _emit_hosts(results, "table", inventory) == 1
     table = capsys.readouterr().out
