@@ -195,21 +195,30 @@ def _shown(path: str) -> str:
     return path if rel.startswith("..") else rel
 
 
-def read_images(paths: Iterable[str]) -> list[Image]:
-    """Plan locks and image.lock.json files; an image lock's plan must be among the plan locks
-    given, or at a path its ``plans`` list names (relative to the image lock's folder)."""
+def split_image_files(
+    files: Iterable[str], given_as: str
+) -> tuple[list[tuple[str, Plan, str]], list[tuple[str, dict]]]:
+    """Each file read once, as untrusted JSON: the plan locks (path, plan, its digest), each read
+    with read_plan (``given_as`` for its hint), and the image.lock.json documents (path, document)
+    for _plan_of_image_lock, both in the files' order."""
     from provision.documents import load_json, read_text
 
-    files = image_files(paths)
-    plans: dict[str, tuple[str, Plan]] = {}
+    plans: list[tuple[str, Plan, str]] = []
     image_locks: list[tuple[str, dict]] = []
     for path in files:
         doc = load_json(read_text(path, "image or plan lock"), repr(path))
         if isinstance(doc, dict) and "plan_digest" in doc and "image_id" in doc:
             image_locks.append((path, doc))
             continue
-        plan = read_plan(path, given_as="--images")
-        plans[doc["digest"]] = (path, plan)  # read_plan verified it is the plan's digest
+        plans.append((path, read_plan(path, given_as=given_as), doc["digest"]))  # read_plan verified the digest
+    return plans, image_locks
+
+
+def read_images(paths: Iterable[str]) -> list[Image]:
+    """Plan locks and image.lock.json files; an image lock's plan must be among the plan locks
+    given, or at a path its ``plans`` list names (relative to the image lock's folder)."""
+    plan_locks, image_locks = split_image_files(image_files(paths), "--images")
+    plans = {digest: (path, plan) for path, plan, digest in plan_locks}
     images = [Image(path, path, image_needs(plan, path), digest) for digest, (path, plan) in plans.items()]
     for path, doc in image_locks:
         plan = _plan_of_image_lock(path, doc, plans)

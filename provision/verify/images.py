@@ -25,25 +25,16 @@ def assigned_images(
     """The needs of each image a fleet group's ``images:`` list names, in its order, each labelled
     as the list names it (relative to ``fleet_file``'s folder); InputError naming the group for a
     file that is not a checked plan lock or image lock."""
-    from provision.documents import load_json, read_text
     from provision.plan.lockcheck import check_against_catalogue
-    from provision.plan.model import Plan, read_plan
-    from provision.plan.runs import _plan_of_image_lock, image_files, image_needs
+    from provision.plan.runs import _plan_of_image_lock, image_files, image_needs, split_image_files
 
     given = f"fleet group {group!r}'s images: list (relative to the fleet file)"
     try:
         files = image_files(paths)
-        plans: dict[str, tuple[str, Plan]] = {}
-        image_locks: list[tuple[str, dict]] = []
-        for path in files:
-            doc = load_json(read_text(path, "image or plan lock"), repr(path))
-            if isinstance(doc, dict) and "plan_digest" in doc and "image_id" in doc:
-                image_locks.append((path, doc))
-                continue
-            plans[path] = (path, read_plan(path, given_as=given))
+        plans, image_locks = split_image_files(files, given)
         # an image lock's plan: one of the plan locks listed, or one its plans list names
-        by_digest = {plan.digest(): (path, plan) for path, plan in plans.values()}
-        chosen = {path: plan for path, plan in plans.values()}
+        by_digest = {digest: (path, plan) for path, plan, digest in plans}
+        chosen = {path: plan for path, plan, _ in plans}
         for path, doc in image_locks:
             chosen[path] = _plan_of_image_lock(path, doc, by_digest)
         needs = []
