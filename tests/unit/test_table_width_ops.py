@@ -230,7 +230,7 @@ def fleet_report(local_run):
     """The local run's checks on three long-named hosts, one of them unreachable, one stopped."""
     from provision.verify.report import CheckResult, HostRun, VerifyReport
 
-    hosts = ["dgx-h100-node-017.fra2.example.net", "10.120.33.201", "gpu-x.fra2.example.net"]
+    hosts = ["dgx-h100-node-017.fra2.example.net", "127.120.33.201", "gpu-x.fra2.example.net"]
     results = [
         CheckResult(host, c["id"], c["title"], c["status"], c["detail"], tuple(c["evidence"]), c["seconds"])
         for host in hosts[:2]
@@ -405,7 +405,7 @@ def test_inventory_scan_takes_format_markdown(cli, tmp_path):
 # -- inventory check ------------------------------------------------------------------------------
 def long_inventory(folder: Path, *, bad: bool = False) -> str:
     hosts = {
-        "dgx-h100-node-017.fra2.example.net": {"ansible_host": "10.120.33.17", "ansible_port": 2222},
+        "dgx-h100-node-017.fra2.example.net": {"ansible_host": "127.120.33.17", "ansible_port": 2222},
         "dgx-h100-node-018.fra2.example.net": {"ansible_host": "fd00:1200:33::18"},
         "gpu-v100-a.fra2": {"ansible_host": "gpu-v100-a.oob.fra2.example.net", "ansible_user": "provision"},
     }
@@ -471,7 +471,7 @@ def test_apply_summary(width, capsys, monkeypatch):
         "E: Couldn't find any package by regex 'nvidia-driver-580-open'\n",
         "msg": "non-zero return code",
     }
-    ssh = {"msg": "Failed to connect to the host via ssh: ssh: connect to host 10.120.33.18 port 22: No route to host"}
+    ssh = {"msg": "Failed to connect to the host via ssh: ssh: connect to host 127.120.33.18 port 22: No route to host"}
     hosts = (
         HostResult("dgx-h100-node-017.fra2.example.net", 41, 12, 0, 0, 3, True, None),
         HostResult("dgx-h100-node-018.fra2.example.net", 3, 0, 0, 1, 0, False, f"unreachable: {_message(ssh)}"),
