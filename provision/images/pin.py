@@ -54,17 +54,13 @@ class BasePin(NamedTuple):
 def base_tag(plan: Plan, variant: str, templates: str | None = None) -> str:
     """The plan's nvidia/cuda reference that `render_image(plan, variant)` puts in FROM, without
     rendering (a render may resolve requirements). tests/images hold the two to the same answer."""
-    from provision.images.render import require_image_part, variants
+    from provision.images.render import require_image_part, start_flavour, variants
 
     require_image_part(plan, "pin-base")
     known = variants(templates)
     if variant not in known:
         raise InputError(f"unknown variant {variant!r}", hint=f"variants: {', '.join(sorted(known))}")
-    flavour = known[variant]["flavour"]
-    if variant == "tensorflow" and plan.framework and plan.framework.libraries == "system":
-        flavour = "cudnn-runtime"
-    if flavour == "devel" and plan.cudnn is not None and "cudnn-devel" in plan.images:
-        flavour = "cudnn-devel"
+    flavour = start_flavour(known[variant], plan)
     if flavour not in plan.images:
         raise InputError(
             f"the plan has no nvidia/cuda {flavour} image for {plan.image_os}",

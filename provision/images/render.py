@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 from provision import __version__
 from provision.errors import InputError
 from provision.images.pylock import ARCHES, LOCK_NAME, PackageIndex, image_lock, uv_platform
+from provision.matrix.model import base_flavour
 from provision.plan.model import Plan, check_image_ref, nvidia_require_cuda
 from provision.resources import images_dir
 
@@ -130,6 +131,20 @@ def image_tags(plan: Plan, variant: str, files: dict[str, str], platform: str | 
     return (f"{fw}-cuda{plan.cuda.version}-{plan.image_os}{arch}", f"content-{content}-{variant}{arch}")
 
 
+def start_flavour(spec: dict[str, Any], plan: Plan) -> str:
+    """The nvidia/cuda flavour a variant (images/variants.yaml ``spec``) starts FROM for ``plan``:
+    the variant's own, but a framework variant whose build takes CUDA and cuDNN from the image
+    starts where the resolver's base image does (provision.matrix.model.base_flavour: the build's
+    ``libraries``, not its name), and devel takes cudnn-devel when the plan has a cuDNN.
+    render_image and pin-base's base_tag both ask this."""
+    flavour = spec["flavour"]
+    if spec.get("framework") and plan.framework is not None and plan.framework.libraries != "wheels":
+        flavour = base_flavour(plan.framework.libraries)
+    if flavour == "devel" and plan.cudnn is not None and "cudnn-devel" in plan.images:
+        flavour = "cudnn-devel"
+    return flavour
+
+
 def require_image_part(plan: Plan, command: str) -> Plan:
     """The plan, unless it is host-only (InputError): render, build, pin-base and ci need its images."""
     if plan.host_only:
@@ -206,11 +221,7 @@ def render_image(
     if image_os_name not in os_facts:
         raise InputError(f"no image facts for {image_os_name!r} in images/os.yaml", hint="add the OS there")
     image_os = os_facts[image_os_name]
-    flavour = spec["flavour"]
-    if variant == "tensorflow" and plan.framework and plan.framework.libraries == "system":
-        flavour = "cudnn-runtime"  # TensorFlow 2.12/2.13 take CUDA and cuDNN from the image
-    if flavour == "devel" and plan.cudnn is not None and "cudnn-devel" in plan.images:
-        flavour = "cudnn-devel"
+    flavour = start_flavour(spec, plan)
     if flavour not in plan.images:
         raise InputError(
             f"the plan has no nvidia/cuda {flavour} image for {image_os_name}",

@@ -20,6 +20,22 @@ from provision.versions import prefix_matches
 HOST_ARCHES = ("x86_64", "aarch64")
 DEFAULT_ARCH = "x86_64"
 PLATFORMS = {"x86_64": "linux/amd64", "aarch64": "linux/arm64"}
+
+# The nvidia/cuda flavour an image starts FROM, by where its framework build takes the CUDA
+# libraries from (frameworks.yaml `libraries`): its wheels bring them (base), or the image must
+# (cudnn-runtime: CUDA and cuDNN, TensorFlow 2.12/2.13); no framework: the CUDA math libraries.
+# The one rule: the resolver's base image, and `render`/`pin-base` for a framework variant.
+FRAMEWORK_FLAVOURS = {"wheels": "base", "system": "cudnn-runtime"}
+NO_FRAMEWORK_FLAVOUR = "runtime"
+
+
+def base_flavour(libraries: str | None) -> str:
+    """The base image flavour of a plan whose framework build has ``libraries`` (None: no framework)."""
+    if libraries is None:
+        return NO_FRAMEWORK_FLAVOUR
+    return FRAMEWORK_FLAVOURS.get(libraries, "cudnn-runtime")
+
+
 DEB_ARCHES = {"x86_64": "amd64", "aarch64": "arm64"}
 
 

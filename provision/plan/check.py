@@ -40,12 +40,13 @@ def check(matrix: Matrix, raw: dict[str, Any] | None = None) -> CheckResult:
     declared = {(x.os, x.gpu) for x in matrix.exclusions}
     cuda_lines = sorted({major_minor(c.version) for c in matrix.cuda})
     fw_releases = [(fw.id, str(r.version)) for fw in matrix.frameworks for r in fw.releases]
-    memo: dict = {}  # shared by the requests below: what the catalogue gives the same inputs is worked out once (resolve)
 
     def run(kind: str, req: PlanRequest) -> bool:
         counts = result.groups.setdefault(kind, {"resolved": 0, "refused": 0, "not applicable": 0})
         try:
-            resolve(matrix, req, suggest=False, memo=memo)
+            resolve(
+                matrix, req, suggest=False
+            )  # the requests share what the catalogue gives them (provision.matrix.memo)
         except NoCompatibleStack as exc:
             counts["refused"] += 1
             for k in exc.kinds or {"other"}:

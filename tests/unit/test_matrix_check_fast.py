@@ -1,22 +1,27 @@
-"""What makes `provision matrix check` fast changes nothing it reports: resolve(..., memo=), which
-shares work between requests, gives every plan and every refusal (message, eliminations in order,
-rules, summary) that resolve() gives without it, in any order; and the validated-data cache stands
-in for reading and schema-checking only data files that passed byte for byte before."""
+"""What makes `provision matrix check` fast changes nothing it reports: the catalogue-side tables
+(provision.matrix.memo), which share work between requests, give every plan and every refusal
+(message, eliminations in order, rules, summary) that a cold resolve() gives, in any order; and
+the validated-data cache stands in for reading and schema-checking only data files that passed
+byte for byte before."""
 
 import json
 
 import pytest
 
 from provision.errors import InputError, NoCompatibleStack
+from provision.matrix import memo
 from provision.plan.check import check
 from provision.plan.model import PlanRequest
 from provision.plan.resolve import resolve
 from provision.versions import major_minor
 
 
-def outcome(matrix, request, memo):
+def outcome(matrix, request, *, cold: bool = False):
+    """resolve()'s answer; cold: with the matrix's tables forgotten first (nothing shared)."""
+    if cold:
+        memo.forget(matrix)
     try:
-        return resolve(matrix, request, suggest=False, memo=memo)
+        return resolve(matrix, request, suggest=False)
     except NoCompatibleStack as exc:
         return ("refused", exc.message, exc.hint, exc.details, exc.eliminations, sorted(exc.kinds), exc.summary)
     except InputError as exc:
@@ -43,31 +48,75 @@ def requests(matrix, frameworks_per_pair: int | None):
 
 
 @pytest.mark.parametrize("catalogue", ["fixture_matrix", "real_matrix"])
-def test_a_shared_memo_gives_what_resolve_gives_alone(catalogue, request):
+def test_the_shared_tables_give_what_a_cold_resolve_gives(catalogue, request):
     matrix = request.getfixturevalue(catalogue)
+    cold = matrix._replace()  # the same catalogue as another object: tables of its own, forgotten each time
+    assert cold == matrix
+    assert cold is not matrix
     live = catalogue == "real_matrix"
-    memo: dict = {}
+    memo.forget(matrix)
     compared = 0
     for req in requests(matrix, frameworks_per_pair=6 if live else None):
-        assert outcome(matrix, req, memo) == outcome(matrix, req, None), req
+        assert outcome(matrix, req) == outcome(cold, req, cold=True), req
         compared += 1
     assert compared > 100
-    assert memo, "the memo was used"
-    # in another order (refusals first, then plans) against the memo the first pass filled
+    assert memo.table(matrix), "the tables were used"
+    # in another order (refusals first, then plans) against the tables the first pass filled
     for req in reversed(list(requests(matrix, frameworks_per_pair=3))):
-        assert outcome(matrix, req, memo) == outcome(matrix, req, None), req
+        assert outcome(matrix, req) == outcome(cold, req, cold=True), req
 
 
-def test_check_counts_the_same_with_the_memo(fixture_matrix, monkeypatch):
+def test_check_counts_the_same_with_cold_tables(fixture_matrix, monkeypatch):
     import provision.plan.resolve as resolver
 
-    with_memo = check(fixture_matrix)
+    memo.forget(fixture_matrix)
+    shared = check(fixture_matrix)
     plain = resolver.resolve
-    monkeypatch.setattr(resolver, "resolve", lambda matrix, req, **kw: plain(matrix, req, suggest=kw["suggest"]))
-    without = check(fixture_matrix)
-    assert with_memo.groups == without.groups
-    assert with_memo.refusals == without.refusals
-    assert with_memo.unresolved_pairs == without.unresolved_pairs
+
+    def cold(matrix, req, **kw):
+        memo.forget(matrix)
+        return plain(matrix, req, **kw)
+
+    monkeypatch.setattr(resolver, "resolve", cold)
+    alone = check(fixture_matrix)
+    assert shared.groups == alone.groups
+    assert shared.refusals == alone.refusals
+    assert shared.unresolved_pairs == alone.unresolved_pairs
+
+
+def test_tables_belong_to_one_catalogue_object():
+    """A table is the matrix object's own: an equal copy starts empty, a forgotten one is made
+    anew, and only the last KEEP catalogues keep theirs (each holds its matrix, so an identity is
+    never reused while its table lives)."""
+    calls = []
+
+    @memo.per_matrix
+    def double(matrix, x):
+        calls.append((id(matrix), x))
+        return (matrix, 2 * x)
+
+    from types import SimpleNamespace
+
+    a, b = SimpleNamespace(name="catalogue"), SimpleNamespace(name="catalogue")  # equal, distinct objects
+    assert a == b
+    assert a is not b
+    assert double(a, 1) == (a, 2)
+    assert double(a, 1)[0] is a
+    assert double(b, 1)[0] is b, "an equal catalogue gets its own answer"
+    assert len(calls) == 2
+    memo.forget(a)
+    double(a, 1)
+    assert len(calls) == 3, "forgotten: worked out anew"
+    many = [SimpleNamespace(name=f"c{i}") for i in range(memo.KEEP + 2)]
+    for c in many:
+        double(c, 1)
+    assert id(a) not in memo._TABLES
+    assert all(id(c) in memo._TABLES for c in many[-memo.KEEP + 1 :])
+    count = len(calls)
+    double(many[-1], 1)
+    assert len(calls) == count, "the catalogue asked last keeps its table"
+    memo.forget()
+    assert not memo._TABLES
 
 
 def test_check_reads_the_cache_only_for_the_bytes_that_passed(cli, tmp_path, monkeypatch):
@@ -103,19 +152,22 @@ def test_check_reads_the_cache_only_for_the_bytes_that_passed(cli, tmp_path, mon
     assert len(reads) == 2
 
 
-def test_the_cuda_memo_tells_builds_apart_by_what_it_reads(real_matrix):
+def test_the_cuda_tables_tell_builds_apart_by_what_they_read(real_matrix):
     """Each CUDA release's images are kept per compute capability, architecture, image OS, host and
-    base image flavour (_cuda_release), the releases a request reaches per CUDA pin and build line
-    (_cuda_lines): one memo shared by every OS and GPU, as matrix check shares it, gives each build
-    the candidates and eliminations it gives without one, including where the outcome differs."""
-    from provision.plan import resolve as r
+    base image flavour (search.cuda_release, search.cuda_walk), the releases a request reaches per
+    CUDA pin and build line (search.cuda_lines): the tables shared by every OS and GPU, as matrix
+    check shares them, give each build the candidates and eliminations a cold search gives,
+    including where the outcome differs."""
+    from provision.plan import context as c
+    from provision.plan import search as s
 
     matrix = real_matrix
+    cold_matrix = matrix._replace()
     build = next(b for fw in matrix.frameworks for rel in fw.releases for b in rel.builds)
     lines = sorted({major_minor(c.version) for c in matrix.cuda})
     variants = [build._replace(libraries=lib, cuda=line) for lib in ("wheels", "system") for line in lines[-4:]]
     variants += [None, build._replace(cuda="9.9")]  # no framework; a line the catalogue lacks
-    memo: dict = {}
+    memo.forget(matrix)
     differ = 0
     for os_rel in matrix.os_releases:
         for gpu in matrix.gpus:
@@ -123,45 +175,15 @@ def test_the_cuda_memo_tells_builds_apart_by_what_it_reads(real_matrix):
             for b in variants + variants:
                 for pin in (None, lines[-1], str(matrix.cuda[0].version)):
                     req = PlanRequest(os_rel.id, gpu.id, cuda=pin)
+                    memo.forget(cold_matrix)
                     try:
-                        memoised, direct = r.context(matrix, req, memo), r.context(matrix, req)
+                        shared, cold = c.context(matrix, req), c.context(cold_matrix, req)
                     except InputError:
                         continue
-                    got = list(r._cuda_candidates(memoised, b))
-                    assert got == list(r._cuda_candidates(direct, b)), (os_rel.id, gpu.id, pin, b)
-                    assert (memoised.eliminated, memoised.rule_of, memoised.kinds) == (
-                        direct.eliminated,
-                        direct.rule_of,
-                        direct.kinds,
-                    )
+                    got = list(s.cuda_candidates(shared, b))
+                    assert got == list(s.cuda_candidates(cold, b)), (os_rel.id, gpu.id, pin, b)
+                    assert (shared.eliminated, shared.kinds) == (cold.eliminated, cold.kinds)
                     if pin is None:
-                        outcomes.append((got, memoised.eliminated))
+                        outcomes.append((got, shared.eliminated))
             differ += len({repr(o) for o in outcomes[:8]}) > len(lines[-4:])
     assert differ, "somewhere the base image flavour changes the candidates (else this test proves little)"
-    assert any(k[0] == "cuda-release" for k in memo)
-    assert any(k[0] == "cuda-lines" for k in memo)
-
-
-def test_the_parts_a_memo_keeps_are_the_parts_built_alone(real_matrix):
-    """Plans built with a shared memo hold the same parts as plans built without one, though the
-    parts come from requests for other OSes, GPUs, pins and policies; and a refusal's reasons too."""
-    matrix = real_matrix
-    lines = sorted({major_minor(c.version) for c in matrix.cuda})
-    fws = [f"{fw.id}=={r.version}" for fw in matrix.frameworks for r in fw.releases[:2]]
-    branches = [str(b.branch) for b in matrix.drivers[:3]] + [str(matrix.drivers[0].releases[-1].version)]
-    memo: dict = {}
-    seen = {"plans": 0, "refusals": 0}
-    for o in matrix.os_releases:
-        for g in [g.id for g in matrix.gpus][::3]:
-            for req in (
-                PlanRequest(o.id, g, driver=branches[0], policy="latest"),
-                *(PlanRequest(o.id, g, driver=b, cuda=lines[-2]) for b in branches),
-                *(PlanRequest(o.id, g, framework=fw, cudnn="9") for fw in fws),
-                PlanRequest(o.aliases[0] if o.aliases else o.id, g, cuda=lines[-3], policy="latest"),
-            ):
-                got = outcome(matrix, req, memo)
-                assert got == outcome(matrix, req, None), req
-                seen["refusals" if got[0] == "refused" else "plans"] += 1
-    assert seen["plans"] > 50, seen
-    assert seen["refusals"] > 10, seen
-    assert {k[0] for k in memo} >= {"host-part", "driver-part", "image-part", "framework-part", "not-tried"}
