@@ -57,7 +57,6 @@ that would resolve.
 
 from provision.errors import NoCompatibleStack
 from provision.matrix import model as m
-from provision.plan import explain
 from provision.plan.assemble import assemble, server_part
 from provision.plan.assemble import data_digest as _data_digest
 from provision.plan.context import (
@@ -72,8 +71,6 @@ from provision.plan.context import (
     platform_refusal,
 )
 from provision.plan.context import published_image_oses as _published_image_oses
-from provision.plan.explain import driver_order as _driver_order
-from provision.plan.explain import summarise
 from provision.plan.model import Plan, PlanRequest, Reason
 from provision.plan.search import BRANCH_TYPES, Choice, carries_sm, cudnn_supports, search
 
@@ -85,7 +82,6 @@ __all__ = [
     "Elimination",
     "Pins",
     "_data_digest",
-    "_driver_order",
     "_published_image_oses",
     "carries_sm",
     "context",
@@ -96,7 +92,6 @@ __all__ = [
     "platform_refusal",
     "resolve",
     "server_part",
-    "summarise",
 ]
 
 
@@ -114,6 +109,8 @@ def resolve(matrix: m.Matrix, request: PlanRequest, *, suggest: bool = True) -> 
         if mig is not None:
             plan = plan._replace(mig=mig[0], reasons=(*plan.reasons, mig[1]))
         return plan
+    from provision.plan import explain  # a refusal's words: imported only for a refusal
+
     eliminations = [(e.candidate, e.why) for e in ctx.eliminated]
     if ctx.skipped:
         eliminations.append(("not tried", explain.not_tried(ctx)))
@@ -123,8 +120,18 @@ def resolve(matrix: m.Matrix, request: PlanRequest, *, suggest: bool = True) -> 
         hint=explain.suggest(matrix, request, frozenset(ctx.kinds)) if suggest else None,
     )
     error.kinds = frozenset(ctx.kinds)
-    error.summary = summarise(ctx, eliminations)
+    error.summary = explain.summarise(ctx, eliminations)
     raise error
+
+
+def __getattr__(name: str):
+    """summarise and _driver_order (provision.plan.explain), imported on first use: a plan that
+    resolves never loads the words of a refusal."""
+    if name in ("summarise", "_driver_order"):
+        from provision.plan import explain
+
+        return explain.summarise if name == "summarise" else explain.driver_order
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _mig(matrix: m.Matrix, request: PlanRequest):
