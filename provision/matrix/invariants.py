@@ -227,6 +227,16 @@ def check_invariants(matrix: Matrix, raw: dict[str, Any]) -> list[Problem]:  # n
     if (bad := _newest_first([c.version for c in matrix.cudnn])) is not None:
         add("cudnn.yaml", f"releases[{bad}]", "releases must be listed newest first, without repeats", "order")
 
+    named: dict[str, str] = {}  # every name --framework takes -> the framework it means
+    for fi, fw in enumerate(matrix.frameworks):
+        for name in dict.fromkeys((fw.id, fw.package, *fw.aliases)):
+            if named.setdefault(name, fw.id) != fw.id:
+                add(
+                    "frameworks.yaml",
+                    f"frameworks[{fi}]({fw.id}).aliases",
+                    f"{name!r} also names {named[name]}: --framework {name} would be ambiguous",
+                    "duplicate",
+                )
     for fi, fw in enumerate(matrix.frameworks):
         if (bad := _newest_first([r.version for r in fw.releases])) is not None:
             add(

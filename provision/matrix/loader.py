@@ -256,6 +256,11 @@ def _arches(item: Item, key: str, file: str, at: str) -> tuple[str, ...]:
     return tuple(item[key]) if item.get(key) else (m.DEFAULT_ARCH,)
 
 
+def _names_optional(item: Item, key: str, file: str, at: str) -> tuple[str, ...]:
+    """A list of names the schema lets a file leave out: () when absent."""
+    return tuple(item.get(key) or ())
+
+
 def _tuple_optional(item: Item, key: str, file: str, at: str) -> tuple[Any, ...] | None:
     return tuple(item[key]) if item.get(key) else None
 
@@ -366,7 +371,7 @@ _FRAMEWORK_BUILD = _record(
 _FRAMEWORK_RELEASE = _record(
     m.FrameworkRelease, version=_version, builds=_rows_in(_FRAMEWORK_BUILD), python_aarch64=_optional
 )
-_FRAMEWORK = _record(m.Framework, releases=_rows_in(_FRAMEWORK_RELEASE))
+_FRAMEWORK = _record(m.Framework, releases=_rows_in(_FRAMEWORK_RELEASE), aliases=_names_optional)
 _IMAGE_RELEASE = _record(
     m.ImageRelease,
     cuda=_version,

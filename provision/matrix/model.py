@@ -334,6 +334,11 @@ class Framework(NamedTuple):
     name: str
     package: str
     releases: tuple[FrameworkRelease, ...]  # newest first
+    aliases: tuple[str, ...] = ()  # other names --framework takes (frameworks.yaml aliases: tf)
+
+    def named(self, text: str) -> bool:
+        """Whether a --framework NAME means this framework: its id, pip name or an alias, any case."""
+        return text.lower() in (self.id, self.package, *self.aliases)
 
     def release(self, version: Version) -> FrameworkRelease | None:
         return next((r for r in self.releases if r.version == version), None)
@@ -880,7 +885,7 @@ class Matrix(NamedTuple):
 
     def framework(self, ident: str) -> Framework:
         for fw in self.frameworks:
-            if ident in (fw.id, fw.package):
+            if ident in (fw.id, fw.package, *fw.aliases):
                 return fw
         raise _unknown("framework", ident, [f.id for f in self.frameworks], "provision matrix frameworks")
 

@@ -362,7 +362,8 @@ def refresh(compat: str | Path, fetch: Fetch = http_fetch, ranged=http_range, lo
                 {"version": version, "python": python, "python_aarch64": arch_python.get("aarch64"), "builds": builds}
             )
             log(f"{package} {version}: " + ", ".join(f"{b['variant']}{'*' if b['default'] else ''}" for b in builds))
-        frameworks.append({"id": fw["id"], "name": fw["name"], "package": package, "releases": releases})
+        aliases = {"aliases": fw["aliases"]} if fw.get("aliases") else {}
+        frameworks.append({"id": fw["id"], "name": fw["name"], "package": package, **aliases, "releases": releases})
     return {
         "generated_by": "python -m provision.matrix.refresh",
         "generated": dt.date.today().isoformat(),
@@ -547,6 +548,7 @@ def dump(doc: dict[str, Any]) -> str:
         "# bound: pip installs the newest cuDNN inside it); absent: cudnn is the exact pin.\n"
         "# arch_sms: an architecture whose wheels carry another SM set than compute_capabilities/ptx\n"
         "# (framework_variants.yaml); null: not published for it.\n"
+        "# aliases: other names --framework takes for the framework (framework_variants.yaml).\n"
     )
     out = io.StringIO()
     yaml.dump(doc, out, Dumper=_QuotedDumper, sort_keys=False, width=200, default_flow_style=None)

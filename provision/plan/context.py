@@ -421,13 +421,10 @@ def _cuda_pin(matrix: m.Matrix, given: str) -> str:
     return cuda
 
 
-_FRAMEWORK_NAMES = {"pytorch": "pytorch", "torch": "pytorch", "tensorflow": "tensorflow", "tf": "tensorflow"}
-
-
 def framework_named(matrix: m.Matrix, name: str) -> m.Framework | None:
-    """The catalogued framework a --framework NAME means (any case), or None."""
-    known = _FRAMEWORK_NAMES.get(name.lower())
-    return None if known is None else matrix.framework(known)
+    """The catalogued framework a --framework NAME means (its id, pip name or an alias in
+    frameworks.yaml, any case), or None."""
+    return next((fw for fw in matrix.frameworks if fw.named(name)), None)
 
 
 def framework_pin(matrix: m.Matrix, given: str) -> tuple[m.Framework, m.FrameworkRelease | None]:
@@ -438,7 +435,7 @@ def framework_pin(matrix: m.Matrix, given: str) -> tuple[m.Framework, m.Framewor
         raise BadPin(f"--framework {text!r} is not NAME or NAME==VERSION", hint="e.g. --framework pytorch==2.5.1")
     framework = framework_named(matrix, mt[1])
     if framework is None:
-        raise UnknownId(f"unknown framework {mt[1]!r}", hint="known: pytorch, tensorflow")
+        raise UnknownId(f"unknown framework {mt[1]!r}", hint=f"known: {', '.join(f.id for f in matrix.frameworks)}")
     if mt[2] is None:
         return framework, None
     local = re.fullmatch(r"(\d+(?:\.\d+)*)\+cu(\d{2,3})", mt[2])
