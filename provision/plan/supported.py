@@ -43,13 +43,12 @@ def cells(matrix: Matrix) -> dict[str, tuple[Cell, ...]]:
     each member has its own row)."""
     from provision.plan.resolve import resolve
 
-    memo: dict = {}
     out: dict[str, tuple[Cell, ...]] = {}
     for gpu in matrix.gpus:
         row = []
         for os_rel in matrix.os_releases:
             try:
-                plan = resolve(matrix, PlanRequest(os_rel.id, gpu.id), suggest=False, memo=memo)
+                plan = resolve(matrix, PlanRequest(os_rel.id, gpu.id), suggest=False)
             except NoCompatibleStack as exc:
                 why = exc.eliminations[0][1] if exc.eliminations else exc.message
                 row.append(Cell("refused", "", why))
