@@ -38,6 +38,9 @@ class PlanRequest(NamedTuple):
     image_os: str | None = None  # the images' OS (nvidia/cuda suffix or a host OS id); None: the host OS's own
     host_only: bool = False  # no image part: driver, modules, Fabric Manager, toolkit only
     platform: str | None = None  # the server or baseboard (compat/platforms.yaml id or alias)
+    # --with NAME[==VERSION], repeatable: stack packages (compat/stacks.yaml ids) added to the
+    # framework, in the order given; () when none (absent from the digest, as platform is)
+    with_: tuple[str, ...] = ()
 
 
 class Reason(NamedTuple):
@@ -128,6 +131,34 @@ class PlanFramework(NamedTuple):
     ptx: str | None = None  # PTX embedded too: GPUs at or above it JIT-compile from it
 
 
+class PlanStackPackage(NamedTuple):
+    """One package of an image's stack (compat/stacks.yaml): ONNX Runtime, TensorRT, Torch-TensorRT,
+    DeepSpeed, Megatron-Core, Transformer Engine, with the build the resolver chose and why it fits.
+
+    ``role`` is "framework" for the image's own framework (``--framework onnxruntime|tensorrt``: the
+    plan's ``framework`` is then None) and "with" for one added by ``--with``. Every fact is the
+    catalogue's (its generated rows: the packages' own files), never the user's."""
+
+    id: str  # compat/stacks.yaml package id: onnxruntime, tensorrt, torch-tensorrt, deepspeed, ...
+    pip: str  # the distribution users name (onnxruntime-gpu, tensorrt)
+    version: str  # the release ("1.20.1")
+    install: str  # the version pip installs: the release, or the post release the catalogue pins
+    flavour: str | None  # the build line ("cu12"); None: the release's only one
+    role: str  # framework | with
+    requirement: str  # what pip takes: "onnxruntime-gpu==1.20.1", extras included ("...[cuda,cudnn]==1.22.0")
+    distributions: tuple[tuple[str, str], ...]  # (pip name, wheel | sdist): what installing the build installs
+    cuda_major: int | None  # from the package's files; None: it follows the framework's (DeepSpeed)
+    cuda: str | None  # the CUDA major.minor the build records, where it does
+    cudnn_major: int | None
+    cudnn_spec: str | None  # the declared cuDNN range (">=9.0,<10"); a range stays a range
+    cudnn_min: str | None  # the package's own floor (Transformer Engine's MIN_CUDNN_VERSION)
+    sm_floor: str | None  # the oldest compute capability the release supports, where documented
+    library_index: str | None  # the second index the catalogue names for its libraries (NVIDIA's); never user input
+    needs_nvcc: bool  # its ops compile at run time with nvcc (DeepSpeed): a devel image whose CUDA is torch's
+    build_requires: tuple[str, ...]  # an sdist's [build-system] requires (built with isolation off)
+    source: str  # the sources.yaml key of the build row
+
+
 class PlanFabricManager(NamedTuple):
     package: str
     version: str
@@ -195,6 +226,7 @@ IMAGE_PART = (
     "cuda",
     "cudnn",
     "framework",
+    "stack",
     "base_image",
     "images",
     "driver_floor",
@@ -231,6 +263,9 @@ class Plan(NamedTuple):
     # Toolkit's grammar (schema 2); None in a host-only plan and in schema 1 plans (nvidia_require_cuda)
     require_cuda: str | None = None
     server: PlanServer | None = None  # --platform: the server around the GPUs (None: not given)
+    # the image's stack packages (--framework onnxruntime|tensorrt, --with): () when none, and then
+    # absent from the document and the digest (a lock without a stack is the one it always was)
+    stack: tuple[PlanStackPackage, ...] = ()
     schema: int = SCHEMA_VERSION
 
     @property
@@ -472,16 +507,22 @@ def _is_record(obj: Any) -> bool:
 
 # Fields added after schema 2 shipped, written only when used: a lock without them is the document
 # (and digest) it always was, and a provision that predates them still reads it.
-_ABSENT_WHEN_NONE: dict[type, frozenset[str]] = {PlanRequest: frozenset({"platform"}), Plan: frozenset({"server"})}
+# (None, or an empty list: with_ and stack, added with the stacks of issue 24).
+_ABSENT_WHEN_NONE: dict[type, frozenset[str]] = {
+    PlanRequest: frozenset({"platform", "with_"}),
+    Plan: frozenset({"server", "stack"}),
+}
+# record fields whose document key differs (``with`` is a Python keyword)
+_KEY = {"with_": "with"}
 
 
 def _dump(obj: Any) -> Any:
     if _is_record(obj):
         absent = _ABSENT_WHEN_NONE.get(type(obj), frozenset())
         return {
-            name: _dump(value)
+            _KEY.get(name, name): _dump(value)
             for name, value in zip(obj._fields, obj, strict=True)
-            if value is not None or name not in absent
+            if (value is not None and value != ()) or name not in absent
         }
     if isinstance(obj, (list, tuple)):
         return [_dump(x) for x in obj]
@@ -509,8 +550,9 @@ def _load(tp: Any, value: Any) -> Any:
         hints = _hints(tp)
         kwargs = {}
         for name in tp._fields:
-            if name in value:
-                kwargs[name] = _load(hints[name], value[name])
+            key = _KEY.get(name, name)
+            if key in value:
+                kwargs[name] = _load(hints[name], value[key])
             elif name not in tp._field_defaults:
                 raise KeyError(f"missing {tp.__name__.lower()} key {name!r}")
         return tp(**kwargs)
