@@ -311,12 +311,35 @@ def load_plans(
             matrix = matrix_loader()
         from provision.plan.resolve import resolve
 
+        if fg.request.get("with_"):
+            _check_stack_names(matrix, fg.group, fg.request["with_"])
         try:
             plans[fg.group] = resolve(matrix, PlanRequest(**fg.request))
         except InputError as exc:  # a refusal keeps its summary (provision plan --explain lists each candidate)
             details = getattr(exc, "summary", exc.details)
             raise InputError(f"fleet group {fg.group!r}: {exc.message}", hint=exc.hint, details=details) from None
     return plans, groups
+
+
+def _check_stack_names(matrix: Any, group: str, entries: tuple[str, ...]) -> None:
+    """A group's `with:` names catalogued stack packages (compat/stacks.yaml: an id, or the pip name
+    the catalogue gives it), each once; load_fleet has checked the entries' form."""
+    known = {name: p.id for p in matrix.stacks for name in (p.id, p.pip)}
+    seen: dict[str, str] = {}
+    for entry in entries:
+        name = entry.partition("==")[0]
+        if name not in known:
+            raise InputError(
+                f"fleet group {group!r}: with names {name!r}, which is not a stack package of the catalogue",
+                hint=f"stack packages: {', '.join(dict.fromkeys(known.values()))} (list: provision matrix stacks)",
+            )
+        ident = known[name]
+        if ident in seen:
+            raise InputError(
+                f"fleet group {group!r}: with names {ident} twice ({seen[ident]!r} and {name!r})",
+                hint="list each stack package once, pinned or not",
+            )
+        seen[ident] = name
 
 
 def plan_of_host(inventory: Inventory, plans: dict[str, Plan], host: str) -> tuple[str, Plan] | None:

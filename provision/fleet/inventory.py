@@ -373,9 +373,15 @@ class FleetGroup(NamedTuple):
 # platform (compat/platforms.yaml: dgx-a100, hgx-h100-4gpu, r750xa, ...) stands in for gpu where it
 # implies one, and is checked against gpu where both are given (as `provision plan --platform`).
 STRING_KEYS = ("os", "gpu", "platform", "driver", "cuda", "cudnn", "framework", "policy", "mig", "image_os")
-REQUEST_KEYS = (*STRING_KEYS, "host_only")
+REQUEST_KEYS = (*STRING_KEYS, "host_only", "with")
 VERSION_KEYS = ("driver", "cuda", "cudnn", "framework")  # must be YAML strings: cudnn: 9.10 is the float 9.1
 FLEET_HINT = "see the fleet file example in docs/fleets.md"
+# `with:` (provision plan --with, repeatable): the stack packages added to the group's framework, a
+# list of NAME or NAME==VERSION, NAME a compat/stacks.yaml package (checked against the catalogue
+# by load_plans), VERSION dotted numbers; no spaces, no other operator, no upper case.
+WITH_ENTRY = re.compile(r"[a-z][a-z0-9]{0,31}(?:-[a-z0-9]{1,32}){0,3}(?:==[0-9]{1,8}(?:\.[0-9]{1,8}){0,4})?\Z")
+MAX_WITH = 16  # more entries than the catalogue has packages can only be a mistake (or an attack)
+WITH_HINT = "e.g. with: [deepspeed, onnxruntime==1.20.1] (NAME or NAME==VERSION; list: provision matrix stacks)"
 
 
 def _fleet_path(value: Any, where: str, example: str) -> str:
@@ -413,21 +419,7 @@ def load_fleet(path: str) -> list[FleetGroup]:
         unknown = set(spec) - set(allowed)
         if unknown:
             raise InputError(f"{where} has unknown keys {sorted(unknown)}", hint=f"allowed: {', '.join(allowed)}")
-        images: tuple[str, ...] = ()
-        if "images" in spec:
-            listed = spec["images"]
-            if not isinstance(listed, list) or not listed:
-                raise InputError(
-                    f"{where} images must be a list of image lock files",
-                    hint="e.g. images: [train.lock.json, serve/image.lock.json]; leave images out to check every image",
-                )
-            names = [
-                _fleet_path(p, f"{where} images entry {i + 1}", "images: [train.lock.json]")
-                for i, p in enumerate(listed)
-            ]
-            if len(set(names)) != len(names):
-                raise InputError(f"{where} lists an image twice", hint="list each image lock file once")
-            images = tuple(os.path.join(base, n) for n in names)
+        images = _images(spec["images"], where, base) if "images" in spec else ()
         if "lock" in spec:
             request_keys = sorted(set(spec) & set(REQUEST_KEYS))
             if request_keys:
@@ -456,6 +448,8 @@ def load_fleet(path: str) -> list[FleetGroup]:
                 f"(allowed: {', '.join(allowed)})",
             )
         request.setdefault("gpu", None)  # the platform's GPU (PlanRequest.gpu None: the platform implies it)
+        if "with" in spec:
+            request["with_"] = _with_entries(spec["with"], where)
         if "host_only" in spec:
             if not isinstance(spec["host_only"], bool):
                 raise InputError(
@@ -466,6 +460,56 @@ def load_fleet(path: str) -> list[FleetGroup]:
                 request["host_only"] = True
         out.append(FleetGroup(group, request, None, images))
     return out
+
+
+def _images(listed: Any, where: str, base: str) -> tuple[str, ...]:
+    """A group's `images:` list: image lock files, each once, relative to the fleet file's folder."""
+    if not isinstance(listed, list) or not listed:
+        raise InputError(
+            f"{where} images must be a list of image lock files",
+            hint="e.g. images: [train.lock.json, serve/image.lock.json]; leave images out to check every image",
+        )
+    names = [_fleet_path(p, f"{where} images entry {i + 1}", "images: [train.lock.json]") for i, p in enumerate(listed)]
+    if len(set(names)) != len(names):
+        raise InputError(f"{where} lists an image twice", hint="list each image lock file once")
+    return tuple(os.path.join(base, n) for n in names)
+
+
+def _with_entries(listed: Any, where: str) -> tuple[str, ...]:
+    """A group's `with:` list, held to WITH_ENTRY: a YAML list of at most MAX_WITH strings, each
+    package named once. An unquoted number is what YAML made of it (1.20 is the float 1.2)."""
+    if not isinstance(listed, list) or not listed:
+        raise InputError(f"{where}: with must be a list of stack packages, not {_shown(listed)}", hint=WITH_HINT)
+    if len(listed) > MAX_WITH:
+        raise InputError(
+            f"{where}: with lists {len(listed)} entries, more than the {MAX_WITH} a stack can hold",
+            hint="list each stack package once (list: provision matrix stacks)",
+        )
+    out: list[str] = []
+    names: dict[str, int] = {}
+    for i, entry in enumerate(listed, 1):
+        what = f"{where}: with entry {i}"
+        if isinstance(entry, (int, float)) and not isinstance(entry, bool):
+            raise InputError(
+                f"{what} is read by YAML as the {type(entry).__name__} {entry!r}, not NAME or NAME==VERSION",
+                hint='quote it, and name the package: with: ["NAME==VERSION"] (an unquoted 1.20 is the float 1.2)',
+            )
+        if isinstance(entry, dict):
+            pins = [f'"{k}=={v}"' if isinstance(v, str) else f'"{k}==VERSION"' for k, v in list(entry.items())[:2]]
+            raise InputError(
+                f"{what} is a mapping ({_shown(entry)}), not NAME or NAME==VERSION",
+                hint=f"write each entry as one quoted string: with: [{', '.join(pins)}]" if pins else WITH_HINT,
+            )
+        if not isinstance(entry, str) or not WITH_ENTRY.match(entry):
+            raise InputError(f"{what} {_shown(entry)} is not NAME or NAME==VERSION", hint=WITH_HINT)
+        name = entry.partition("==")[0]
+        if name in names:
+            raise InputError(
+                f"{what} names {name!r} again (entry {names[name]})", hint="list each stack package once, pinned or not"
+            )
+        names[name] = i
+        out.append(entry)
+    return tuple(out)
 
 
 def ungrouped_hosts(inventory: Inventory) -> list[str]:
