@@ -450,6 +450,17 @@ def load_fleet(path: str) -> list[FleetGroup]:
         request.setdefault("gpu", None)  # the platform's GPU (PlanRequest.gpu None: the platform implies it)
         if "with" in spec:
             request["with_"] = _with_entries(spec["with"], where)
+            if spec.get("host_only") is True:
+                raise InputError(
+                    f"{where}: host_only plans no image, so with cannot apply",
+                    hint="drop with:, or drop host_only: to plan an image with its stack",
+                )
+            if "framework" not in request:
+                raise InputError(
+                    f"{where}: with adds stack packages to a framework, and the group names no framework",
+                    hint="add framework: pytorch (or, for an inference image without PyTorch: framework: onnxruntime "
+                    "or framework: tensorrt)",
+                )
         if "host_only" in spec:
             if not isinstance(spec["host_only"], bool):
                 raise InputError(

@@ -152,6 +152,34 @@ def test_with_cannot_go_with_a_lock(tmp_path):
     assert "mixes lock with request fields (with)" in caught.value.message
 
 
+@pytest.mark.parametrize(
+    ("group", "text", "hint"),
+    [
+        (
+            {"os": "ubuntu22.04", "gpu": "l4", "with": ["onnxruntime"]},
+            "with adds stack packages to a framework, and the group names no framework",
+            "add framework: pytorch",
+        ),
+        (
+            {"os": "ubuntu22.04", "gpu": "l4", "framework": None, "with": ["onnxruntime"]},
+            "with adds stack packages to a framework, and the group names no framework",
+            "add framework: pytorch",
+        ),
+        (
+            {**TRAIN, "host_only": True},
+            "host_only plans no image, so with cannot apply",
+            "drop with:, or drop host_only:",
+        ),
+    ],
+    ids=["no-framework", "framework-null", "host-only"],
+)
+def test_with_needs_an_image_with_a_framework(tmp_path, group, text, hint):
+    with pytest.raises(InputError) as caught:
+        load_fleet(write(tmp_path, {"g": group}))
+    assert caught.value.message.endswith(f"group 'g': {text}")
+    assert caught.value.hint.startswith(hint)
+
+
 def test_with_as_many_entries_as_allowed_is_read(tmp_path):
     listed = [f"p{n}" for n in range(MAX_WITH)]
     (group,) = load_fleet(write(tmp_path, {"g": {**TRAIN, "with": listed}}))
