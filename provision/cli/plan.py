@@ -39,7 +39,19 @@ compat_option = click.option(
 @click.option("--cuda", metavar="X.Y[.Z]", help="Pin the CUDA version (12.4 or 12.4.1).")
 @click.option("--cudnn", metavar="VERSION", help="Pin the cuDNN major (9), minor (9.1) or build (9.1.0.70).")
 @click.option(
-    "--framework", metavar="NAME[==VERSION]", help="Plan a framework build: pytorch==2.5.1, tensorflow==2.15.0."
+    "--framework",
+    metavar="NAME[==VERSION]",
+    help="Plan a framework build: pytorch==2.5.1, tensorflow==2.15.0; or an inference image without PyTorch: "
+    "onnxruntime, tensorrt (provision matrix stacks; ==VERSION may be a prefix: tensorrt==10.6).",
+)
+@click.option(
+    "--with",
+    "with_",
+    metavar="NAME[==VERSION]",
+    multiple=True,
+    help="Add a stack package to the framework (repeatable): onnxruntime, tensorrt, torch-tensorrt, deepspeed, "
+    "megatron-core, transformer-engine (provision matrix stacks). Unpinned: the newest release that fits the "
+    "framework build's CUDA and cuDNN, the GPU and the others.",
 )
 @click.option(
     "--policy",
@@ -93,6 +105,7 @@ def plan_cmd(
     cuda,
     cudnn,
     framework,
+    with_,
     policy,
     mig,
     image_os,
@@ -119,6 +132,7 @@ def plan_cmd(
         cuda=cuda,
         cudnn=cudnn,
         framework=framework,
+        with_=tuple(with_),
         policy=policy,
         mig=mig,
         image_os=image_os,

@@ -44,6 +44,7 @@ _DEFAULTS = {
     "cuda": None,
     "cudnn": None,
     "framework": None,
+    "with_": (),  # --with is repeatable: an argument list with it goes through click
     "policy": "lts",
     "mig": None,
     "image_os": None,
@@ -136,6 +137,7 @@ def run_plan(
     cuda,
     cudnn,
     framework,
+    with_=(),
     policy,
     mig,
     image_os,
@@ -171,6 +173,7 @@ def run_plan(
         mig=mig,
         image_os=image_os,
         host_only=bool(host_only),
+        with_=tuple(with_),
     )
     p = resolve_or_refuse(matrix, request, explain=explain)
     if lock is not None:
@@ -274,8 +277,9 @@ def plan_rows(p: Plan) -> list[tuple[str, str]]:
             + ("" if p.framework.extra == p.framework.variant else f" [{p.framework.variant}]")
             + (f" from {p.framework.index_url}" if p.framework.index_url else "")
             if p.framework
-            else "-",
+            else _stack_text(next((s for s in p.stack if s.role == "framework"), None)),
         ),
+        *[("with", _stack_text(s)) for s in p.stack if s.role == "with"],
         (
             "fabric manager",
             f"{p.fabric_manager.package} {p.fabric_manager.version}" if p.fabric_manager else "not needed",
@@ -291,6 +295,22 @@ def plan_rows(p: Plan) -> list[tuple[str, str]]:
         ("digest", p.digest()),
     ]
     return rows
+
+
+def _stack_text(s) -> str:
+    """A stack package's row: what pip takes, its build line, CUDA and cuDNN (the catalogue's)."""
+    if s is None:
+        return "-"
+    facts = [s.flavour] if s.flavour else []
+    if s.cuda_major is not None:
+        facts.append(f"CUDA {s.cuda or s.cuda_major}")
+    if s.cudnn_major is not None:
+        facts.append(f"cuDNN {s.cudnn_major}" + (f" >= {s.cudnn_min}" if s.cudnn_min else ""))
+    if s.needs_nvcc:
+        facts.append("nvcc at run time")
+    if s.library_index:
+        facts.append(f"libraries from {s.library_index}")
+    return s.requirement + (f" ({', '.join(facts)})" if facts else "")
 
 
 def _server_text(s) -> str:

@@ -24,11 +24,12 @@ from provision.plan.model import (
     PlanModuleOption,
     PlanOs,
     PlanServer,
+    PlanStackPackage,
     PlanSubnetManager,
     PlanToolkit,
     Reason,
 )
-from provision.plan.rules import carries_sm, image_needs
+from provision.plan.rules import carries_sm, image_flavour, image_needs, sm_floor
 from provision.plan.search import BRANCH_TYPES, Choice, DriverChoice, driver_search
 from provision.versions import DottedVersion as Version
 from provision.versions import major_minor, prefix_matches
@@ -80,8 +81,11 @@ def assemble(ctx: Context, choice: Choice) -> Plan:
     reasons = list(driver_reasons)
     cuda, driver_floor, why = _cuda_part(ctx, choice)
     reasons.append(why)
-    flavour = m.base_flavour(build.libraries if build is not None else None)
-    base_image, images, why = image_part(matrix, choice.image, choice.cuda.version, (ctx.os.id, ctx.img_os, flavour))
+    flavour = image_flavour(matrix, build, ctx.pins.stack)
+    where = (ctx.os.id, ctx.img_os, flavour)
+    if ctx.pins.stack:
+        where = (*where, _stack_flavour_why(flavour, choice))
+    base_image, images, why = image_part(matrix, choice.image, choice.cuda.version, where)
     reasons.append(why)
     plan_cudnn, why = _cudnn_part(choice)
     reasons.append(why)
@@ -91,6 +95,10 @@ def assemble(ctx: Context, choice: Choice) -> Plan:
             matrix, ctx.pins.framework.id, choice.fw_release.version, build, (ctx.host, ctx.cc)
         )
         reasons.append(_short_pin_note(ctx, choice.fw_release, why))
+    stack = ()
+    if choice.packages:
+        stack, why = stack_part(ctx, choice)
+        reasons += why
     reasons += hardware_reasons
     reasons.append(toolkit_why)
     return Plan(
@@ -103,6 +111,7 @@ def assemble(ctx: Context, choice: Choice) -> Plan:
         reasons=(os_why, gpu_why, *server_why, *reasons),
         image_os=ctx.img_os,
         require_cuda=require_cuda(matrix, choice.cuda, build, ctx.host),
+        stack=stack,
         **common,
     )
 
@@ -538,8 +547,9 @@ def image_part(
     matrix: m.Matrix, image: m.ImageRelease, cuda: Version, where: tuple[str, str, str]
 ) -> tuple[str, dict[str, str], Reason]:
     """The base image (in ``flavour``), every flavour's tag, and the reason, of an image set that
-    carries CUDA ``cuda``; ``where``: (the host OS id, the images' OS, the flavour)."""
-    os_id, img_os, flavour = where
+    carries CUDA ``cuda``; ``where``: (the host OS id, the images' OS, the flavour[, why that
+    flavour, for a stack])."""
+    os_id, img_os, flavour = where[:3]
     os_rel = matrix.os(os_id)
     images = {f: f"{matrix.image_repository}:{image.tag(f, img_os)}" for f in image.flavours_for(img_os)}
     base_image = images[flavour]
@@ -556,7 +566,7 @@ def image_part(
             f"; past NVIDIA's end of life ({why}): no supported image set fits, and NVIDIA deletes these tags "
             "six months on (pin the digest: provision pin-base)"
         )
-    text = f"{base_image}: {_FLAVOUR_WHY[flavour]}{note}"
+    text = f"{base_image}: {where[3] if len(where) > 3 else _FLAVOUR_WHY[flavour]}{note}"
     return base_image, images, Reason("image", text, image.eol_source or image.source)
 
 
@@ -613,3 +623,137 @@ def framework_part(
         compute_capabilities=tuple(sass) if sass else None,
         ptx=ptx,
     ), why
+
+
+# -- the stack packages ----------------------------------------------------------------------------
+def _stack_flavour_why(flavour: str, choice: Choice) -> str:
+    """Why a stack's image starts from ``flavour`` (provision.plan.rules.image_flavour)."""
+    if flavour == "devel":
+        needs = [d.package.name for d in choice.packages if d.package.runtime and d.package.runtime.image == "devel"]
+        notes = "; ".join(
+            f"{d.package.name}: {d.package.runtime.note}"
+            for d in choice.packages
+            if d.package.runtime and d.package.runtime.image == "devel"
+        )
+        cuda = f"CUDA {major_minor(choice.cuda.version)}"
+        if choice.build is not None:
+            cuda += f", the {choice.build.variant} build's CUDA"
+        return (
+            f"devel flavour (nvcc and the CUDA headers, {cuda}): {' and '.join(needs)} need them at run time ({notes})"
+        )
+    if choice.build is None:
+        lead = choice.packages[0].package.name
+        if flavour == "cudnn-runtime":
+            return f"cudnn-runtime flavour: {lead} uses the image's CUDA and cuDNN libraries"
+        return f"runtime flavour: {lead} uses the image's CUDA libraries"
+    return _FLAVOUR_WHY[flavour]
+
+
+def stack_part(ctx: Context, choice: Choice) -> tuple[tuple[PlanStackPackage, ...], list[Reason]]:
+    """The plan's stack packages (the search's choice, in the request's order) and their reasons:
+    each package's build and why it fits, and a feature (FP8) the GPU lacks."""
+    framework = None
+    if choice.build is not None:
+        framework = f"{ctx.pins.framework.package} {choice.fw_release.version} ({choice.build.variant})"
+    parts, reasons = [], []
+    pinned = {p.package.id: p.pinned for p in ctx.pins.stack}
+    for draft in choice.packages:
+        on = (ctx.host, ctx.cc, pinned[draft.package.id])
+        part, why = package_part(ctx.matrix, draft, on, framework, choice.cuda.version, ctx.pins.framework)
+        parts.append(part)
+        reasons += why
+    return tuple(parts), reasons
+
+
+def _requirement(package: m.StackPackage, release: m.StackRelease, build: m.StackBuild, fw: m.Framework | None) -> str:
+    """What pip takes: the package's own name for its default build, the build line's name
+    otherwise (tensorrt-cu12); the extra named after the framework where the release has one
+    (transformer-engine[pytorch]), and the build line's core extra for another line (core-cu13)."""
+    install = build.pin or str(release.version)
+    name = package.pip
+    if not build.default and build.flavour is not None:
+        meta = next((d for d in package.distributions if d.role == "meta" and "{flavour}" in d.pip), None)
+        if meta is not None:
+            name = meta.name(build.flavour)
+    extras = []
+    if fw is not None and release.extra(fw.id) is not None:
+        extras.append(fw.id)
+    if (
+        name == package.pip
+        and not build.default
+        and build.flavour
+        and release.extra(f"core-{build.flavour}") is not None
+    ):
+        extras.append(f"core-{build.flavour}")
+    return f"{name}{'[' + ','.join(extras) + ']' if extras else ''}=={install}"
+
+
+def package_part(  # noqa: PLR0917
+    matrix: m.Matrix, draft, on: tuple[str, str, bool], framework: str | None, cuda: Version, fw: m.Framework | None
+) -> tuple[PlanStackPackage, list[Reason]]:
+    """One stack package of the plan (``draft``: provision.plan.rules.PackageDraft) and its
+    reasons; ``on``: (host architecture, compute capability, whether the request pins its version)."""
+    host, cc, pinned = on
+    package, release, build = draft.package, draft.release, draft.build
+    floor, floor_source = sm_floor(package, release, build)
+    requirement = _requirement(package, release, build, fw)
+    needs_nvcc = package.runtime is not None and package.runtime.nvcc is not None
+    part = PlanStackPackage(
+        id=package.id,
+        pip=package.pip,
+        version=str(release.version),
+        install=build.pin or str(release.version),
+        flavour=build.flavour,
+        role=draft.role,
+        requirement=requirement,
+        distributions=build.distributions,
+        cuda_major=build.cuda_major,
+        cuda=build.cuda,
+        cudnn_major=build.cudnn_major,
+        cudnn_spec=str(build.cudnn_spec) if build.cudnn_spec is not None else None,
+        cudnn_min=str(build.cudnn_min) if build.cudnn_min is not None else None,
+        sm_floor=floor,
+        library_index=build.library_index,
+        needs_nvcc=needs_nvcc,
+        build_requires=tuple(build.build_requires or ()),
+        source=build.source,
+        requires_python=build.python_for(host),
+    )
+    facts = []
+    if build.cuda_major is not None:
+        facts.append(f"CUDA {build.cuda or build.cuda_major} ({build.cuda_from})")
+    else:
+        facts.append("no CUDA of its own (it runs on the framework's)")
+    if build.cudnn_major is not None or build.cudnn_spec is not None:
+        cudnn = f"cuDNN {build.cudnn_spec or build.cudnn_major}"
+        if build.cudnn_min is not None:
+            cudnn += f", at least {build.cudnn_min}"
+        facts.append(cudnn)
+    if floor is not None:
+        facts.append(f"SM {floor}+ ({floor_source})")
+    if build.sdists:
+        facts.append(f"built from source: {', '.join(build.sdists)}")
+    if build.library_index:
+        facts.append(f"libraries from {build.library_index} ({build.library_index_source or build.source})")
+    role = "the image's framework" if draft.role == "framework" else f"with {framework or 'the framework'}"
+    fits = ["the pinned release, a build that fits" if pinned else "the newest release that fits"]
+    if framework is not None:
+        fits.append(f"{framework}'s CUDA and cuDNN")
+    else:
+        fits.append(f"the CUDA {cuda} image")
+    text = f"{requirement} ({role}): {'; '.join(facts)}; {' '.join(fits[:1])} {' and '.join(fits[1:])}"
+    if draft.pythons:
+        text += f"; Python {', '.join(draft.pythons)} of the image OS's"
+    reasons = [Reason(package.id, text, build.source)]
+    for feature in package.features:
+        if feature.releases.contains(release.version) and not feature.available(cc, cuda):
+            need = " or ".join(f"SM {sm}" + (f" with CUDA {c}+" if c is not None else "") for sm, c in feature.any_of)
+            reasons.append(
+                Reason(
+                    package.id,
+                    f"{feature.name.upper()} unavailable: {package.name} {release.version} needs {need}; the GPU is SM {cc} "
+                    f"with CUDA {cuda} (the rest of {package.name} runs)",
+                    feature.source,
+                )
+            )
+    return part, reasons

@@ -49,10 +49,31 @@ class PinText(NamedTuple):
     framework: str | None = None
     host_only: bool = False
     image_os: str | None = None
+    with_: tuple[str, ...] = ()  # --with NAME[==VERSION], in the order given
 
     @classmethod
     def of(cls, request: PlanRequest) -> PinText:
-        return cls(request.driver, request.cuda, request.cudnn, request.framework, request.host_only, request.image_os)
+        return cls(
+            request.driver,
+            request.cuda,
+            request.cudnn,
+            request.framework,
+            request.host_only,
+            request.image_os,
+            tuple(request.with_),
+        )
+
+
+class StackPin(NamedTuple):
+    """A stack package a request asks for (compat/stacks.yaml): the releases a pin allows (every
+    release, newest first, when unpinned) and its role: "framework" (--framework onnxruntime) or
+    "with" (--with)."""
+
+    package: m.StackPackage
+    releases: tuple[m.StackRelease, ...]
+    role: str
+    given: str  # as the user wrote it, for messages
+    pinned: bool
 
 
 class Pins(NamedTuple):
@@ -62,6 +83,9 @@ class Pins(NamedTuple):
     cudnn: str | None
     framework: m.Framework | None
     framework_release: m.FrameworkRelease | None
+    # the stack packages asked for: --framework onnxruntime|tensorrt first (role framework), then
+    # each --with in the order given; () without (the stacks catalogue is then never read)
+    stack: tuple[StackPin, ...] = ()
 
 
 class Facts(NamedTuple):
@@ -359,8 +383,13 @@ def _host_only_pins(
 @per_matrix
 def parse_pins(matrix: m.Matrix, given: PinText) -> Pins:
     """A request's pins read against the catalogue (each bad one refused, in the order of its flags)."""
-    driver, cuda, cudnn, framework, host_only, image_os = given
+    driver, cuda, cudnn, framework, host_only, image_os, with_ = given
     _host_only_pins(host_only, cuda, cudnn, framework, image_os)
+    if host_only and with_:
+        raise BadPin(
+            "--host-only plans no image, so --with cannot apply",
+            hint="drop --with, or drop --host-only to plan an image with its stack",
+        )
     branch, release = _driver_pin(matrix, driver) if driver is not None else (None, None)
     cuda_pin = _cuda_pin(matrix, cuda) if cuda is not None else None
     cudnn_pin = None
@@ -371,8 +400,15 @@ def parse_pins(matrix: m.Matrix, given: PinText) -> Pins:
                 f"--cudnn {cudnn!r} is not a cuDNN version",
                 hint="use a major (9), major.minor (9.1) or a build (9.1.0.70)",
             )
-    fw, fw_release = framework_pin(matrix, framework) if framework is not None else (None, None)
-    return Pins(branch, release, cuda_pin, cudnn_pin, fw, fw_release)
+    stack: tuple[StackPin, ...] = ()
+    if framework is not None and _stack_framework(matrix, framework, refuse=True):
+        fw, fw_release = None, None
+        stack = (stack_pin(matrix, framework, "framework"),)
+    else:
+        fw, fw_release = framework_pin(matrix, framework) if framework is not None else (None, None)
+    if with_:
+        stack = with_pins(matrix, fw, stack, with_)
+    return Pins(branch, release, cuda_pin, cudnn_pin, fw, fw_release, stack)
 
 
 def _driver_pin(matrix: m.Matrix, driver: str) -> tuple[int, Version | None]:
@@ -456,3 +492,118 @@ def framework_pin(matrix: m.Matrix, given: str) -> tuple[m.Framework, m.Framewor
             hint=f"catalogued {framework.name} releases include {', '.join(near)} (list: provision matrix frameworks)",
         )
     return framework, fw_release
+
+
+# -- stack packages (compat/stacks.yaml): --framework onnxruntime|tensorrt, --with ---------------
+_STACK_TEXT = re.compile(r"([A-Za-z][A-Za-z0-9_.-]*)(?:==(.+))?")
+
+
+def _stack_framework(matrix: m.Matrix, given: str, *, refuse: bool = False) -> bool:
+    """--framework names a stack package (onnxruntime, tensorrt) rather than a framework of
+    frameworks.yaml: only then is the stacks catalogue read. ``refuse``: a package that goes with
+    a framework (deepspeed) is refused, naming --with."""
+    mt = _STACK_TEXT.fullmatch(given.strip())
+    if mt is None or framework_named(matrix, mt[1]) is not None:
+        return False
+    package = stack_named(matrix, mt[1])
+    if package is None:
+        return False
+    needs = needs_framework(matrix, package)
+    if needs and refuse:
+        names = [f.id for f in matrix.frameworks if f.package in needs]
+        raise BadPin(
+            f"{package.id} is added to a framework ({' or '.join(needs)}), not an image's framework itself",
+            hint=f"plan it with --framework {names[0]} --with {given.strip()}",
+        )
+    return not needs
+
+
+def stack_named(matrix: m.Matrix, name: str) -> m.StackPackage | None:
+    """The stack package a NAME means: its id or its pip name (onnxruntime, onnxruntime-gpu), any case."""
+    low = name.lower()
+    return next((p for p in matrix.stacks if low in (p.id, p.pip.lower())), None)
+
+
+def needs_framework(matrix: m.Matrix, package: m.StackPackage) -> tuple[str, ...]:
+    """The framework packages (frameworks.yaml pip names: torch) the package's builds require: a
+    package that needs one goes with that framework (--with), never stands as an image's framework."""
+    packages = {fw.package for fw in matrix.frameworks}
+    return tuple(
+        sorted({name for r in package.releases for b in r.builds for name, _ in b.requires if name in packages})
+    )
+
+
+def inference_frameworks(matrix: m.Matrix) -> tuple[m.StackPackage, ...]:
+    """The stack packages that stand as an image's framework (--framework): those with a CUDA of
+    their own that need no framework (ONNX Runtime, TensorRT)."""
+    return tuple(p for p in matrix.stacks if p.uses_cuda and not needs_framework(matrix, p))
+
+
+def stack_pin(matrix: m.Matrix, given: str, role: str) -> StackPin:
+    """NAME or NAME==VERSION of a stack package (``role`` framework: --framework, with: --with).
+    VERSION is a release or a prefix of one (--framework tensorrt==10.6: the 10.6 releases)."""
+    flag = "--framework" if role == "framework" else "--with"
+    text = given.strip()
+    mt = _STACK_TEXT.fullmatch(text)
+    if mt is None:
+        raise BadPin(f"{flag} {text!r} is not NAME or NAME==VERSION", hint=f"e.g. {flag} onnxruntime==1.20.1")
+    package = stack_named(matrix, mt[1])
+    if package is None or (role == "framework" and package not in inference_frameworks(matrix)):
+        known = [p.id for p in (matrix.stacks if role == "with" else inference_frameworks(matrix))]
+        if role == "framework":
+            known = [f.id for f in matrix.frameworks] + known
+        raise UnknownId(
+            f"unknown {'framework' if role == 'framework' else 'stack package'} {mt[1]!r}",
+            hint=f"known: {', '.join(known)} (provision matrix stacks lists the stack packages' releases)",
+        )
+    if mt[2] is None:
+        return StackPin(package, package.releases, role, text, pinned=False)
+    version = mt[2].strip()
+    if not re.fullmatch(r"\d+(\.\d+)*", version):
+        raise BadPin(
+            f"{version!r} is not a {package.name} version",
+            hint=f"e.g. {flag} {package.id}=={package.releases[0].version}",
+        )
+    releases = tuple(r for r in package.releases if prefix_matches(version, r.version))
+    if not releases:
+        near = [str(r.version) for r in package.releases if prefix_matches(".".join(version.split(".")[:1]), r.version)]
+        near = (near or [str(r.version) for r in package.releases])[:8]
+        raise UnknownId(
+            f"{package.name} {version} is not in the catalogue",
+            hint=f"catalogued {package.id} releases include {', '.join(near)} (list: provision matrix stacks)",
+        )
+    return StackPin(package, releases, role, text, pinned=True)
+
+
+def with_pins(
+    matrix: m.Matrix, fw: m.Framework | None, stack: tuple[StackPin, ...], with_: tuple[str, ...]
+) -> tuple[StackPin, ...]:
+    """--with NAME[==VERSION], each read against the catalogue: refused without a framework, twice
+    over, or beside a framework it cannot go with (torch-tensorrt, deepspeed: PyTorch)."""
+    if fw is None and not stack:
+        raise BadPin(
+            "--with adds stack packages to a framework, and no --framework is given",
+            hint="add --framework pytorch (or, for an inference image without PyTorch: "
+            f"--framework {' or --framework '.join(p.id for p in inference_frameworks(matrix))})",
+        )
+    pins = list(stack)
+    for text in with_:
+        pin = stack_pin(matrix, text, "with")
+        twice = next((p for p in pins if p.package.id == pin.package.id), None)
+        if twice is not None:
+            how = "--framework" if twice.role == "framework" else "--with"
+            raise BadPin(
+                f"{pin.package.id} is named twice ({how} {twice.given}, --with {pin.given})",
+                hint=f"name {pin.package.id} once",
+            )
+        needs = needs_framework(matrix, pin.package)
+        if needs and (fw is None or fw.package not in needs):
+            names = [f.id for f in matrix.frameworks if f.package in needs]
+            have = fw.id if fw is not None else stack[0].package.id
+            raise BadPin(
+                f"--with {pin.package.id} needs {' or '.join(needs)} (its builds require it), and the plan's "
+                f"framework is {have}",
+                hint=f"plan it with --framework {' or --framework '.join(names)}",
+            )
+        pins.append(pin)
+    return tuple(pins)

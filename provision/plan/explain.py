@@ -11,7 +11,14 @@ from collections import Counter
 from provision.errors import InputError
 from provision.matrix import model as m
 from provision.matrix.memo import per_matrix
-from provision.plan.context import Context, context, framework_named, image_os_of, published_image_oses
+from provision.plan.context import (
+    Context,
+    context,
+    framework_named,
+    image_os_of,
+    published_image_oses,
+    stack_named,
+)
 from provision.plan.model import Plan, PlanRequest
 from provision.plan.rules import KINDS, kind_text
 from provision.plan.search import BRANCH_TYPES, search
@@ -25,6 +32,7 @@ def pin_text(request: PlanRequest) -> str:
         for k in ("platform", "driver", "cuda", "cudnn", "framework", "image_os")
         if getattr(request, k)
     ]
+    pins += [f"with={w}" for w in request.with_]
     if request.policy != "lts":
         pins.append(f"policy={request.policy}")
     if request.host_only:
@@ -172,7 +180,9 @@ def suggest(matrix: m.Matrix, request: PlanRequest, kinds: frozenset[str] = froz
                 attempt(f"--cuda {mm}", replace(request, cuda=mm))
     if request.driver:
         found.extend(_driver_suggestions(matrix, request, limit - len(found)))
-    if request.framework and "==" in request.framework:
+    stack_hint = _stack_suggestions(matrix, request) if request.with_ or _names_stack(matrix, request) else []
+    found.extend(stack_hint[:limit])
+    if request.framework and "==" in request.framework and not _names_stack(matrix, request):
         name, _, ver = request.framework.partition("==")
         fw = framework_named(matrix, name) or matrix.framework(name)
         for rel in fw.releases:
@@ -203,6 +213,52 @@ def suggest(matrix: m.Matrix, request: PlanRequest, kinds: frozenset[str] = froz
     if not found:
         return "no single pin change resolves; see the reasons above and provision matrix check"
     return "try " + "; or ".join(found)
+
+
+def _names_stack(matrix: m.Matrix, request: PlanRequest) -> bool:
+    """--framework names a stack package (an inference image: onnxruntime, tensorrt)."""
+    name = (request.framework or "").partition("==")[0].strip()
+    return bool(name) and framework_named(matrix, name) is None and stack_named(matrix, name) is not None
+
+
+def _stack_suggestions(matrix: m.Matrix, request: PlanRequest) -> list[str]:
+    """For each stack package pinned to a release (--with NAME==V, --framework onnxruntime==V): the
+    catalogued releases that resolve with everything else as asked, each tried through the search,
+    as the range they span (``onnxruntime >= 1.19.0, <= 1.23.2``) and the newest as a pin."""
+    given = [("framework", request.framework)] if _names_stack(matrix, request) else []
+    given += [("with", w) for w in request.with_]
+    out = []
+    for flag, text in given:
+        name, _, version = text.partition("==")
+        if not version:
+            continue
+        package = stack_named(matrix, name.strip())
+        works = []
+        for release in package.releases:
+            pin = f"{name.strip()}=={release.version}"
+            if flag == "framework":
+                changed = request._replace(framework=pin)
+            else:
+                changed = request._replace(with_=tuple(pin if w == text else w for w in request.with_))
+            if str(release.version) != version.strip() and _resolves(matrix, changed) is not None:
+                works.append(release.version)
+        if not works:
+            continue
+        ordered = sorted(works)
+        every = [r.version for r in package.releases]
+        low, high = ordered[0], ordered[-1]
+        span = [v for v in every if low <= v <= high]
+        if len(span) != len(works):
+            spans = ", ".join(str(v) for v in ordered[::-1][:6])
+            what = f"{package.id} {spans}{', …' if len(ordered) > 6 else ''}"
+        elif high == every[0]:
+            what = f"{package.id} >= {low}"
+        elif low == every[-1]:
+            what = f"{package.id} <= {high}"
+        else:
+            what = f"{package.id} >= {low}, <= {high}"
+        out.append(f"--{flag} {package.id}=={high} (the releases that fit: {what})")
+    return out
 
 
 def _gives(plan: Plan) -> str:

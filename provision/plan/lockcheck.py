@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from provision.errors import InputError, UnknownId
 from provision.matrix import model as m
+from provision.versions import DottedVersion
 
 if TYPE_CHECKING:
     from provision.plan.model import Plan
@@ -66,6 +67,8 @@ def check_consistency(plan: Plan, origin: str = "plan") -> None:
             origin, "subnet_manager", "planned for a GPU without NVSwitch (it runs beside Fabric Manager only)"
         )
     _check_server(plan, origin)
+    if plan.stack or plan.request.with_:
+        _check_stack(plan, origin)
     if fm is not None:
         for i, pkg in enumerate(fm.packages):
             if pkg.version != plan.driver.version:
@@ -80,6 +83,44 @@ def check_consistency(plan: Plan, origin: str = "plan") -> None:
                 "fabric_manager.package",
                 f"{fm.package} {fm.version} is not the first of fabric_manager.packages at the driver's version "
                 f"{plan.driver.version}",
+            )
+
+
+def _check_stack(plan: Plan, origin: str) -> None:
+    """A stack goes with an image part and its request (one package per --with, the framework's
+    role only without a framework of frameworks.yaml); every CUDA-using package on the plan's one
+    CUDA major; cuDNN majors and floors that agree with the plan's cuDNN; a package that compiles
+    with nvcc at run time on the devel image."""
+    stack = plan.stack
+    if stack and plan.cuda is None:
+        raise _refuse(origin, "stack", "stack packages in a plan without an image part")
+    roles = [s.role for s in stack]
+    if roles.count("with") != len(plan.request.with_):
+        raise _refuse(
+            origin, "stack", f"{roles.count('with')} --with packages, but the request names {len(plan.request.with_)}"
+        )
+    wants_framework = plan.framework is None and bool(stack)
+    if roles.count("framework") != int(wants_framework) or (wants_framework and roles[0] != "framework"):
+        raise _refuse(origin, "stack", "the stack's framework role does not match the plan's framework")
+    if len({s.id for s in stack}) != len(stack):
+        raise _refuse(origin, "stack", "a package is listed twice")
+    major = int(plan.cuda.version.split(".")[0]) if plan.cuda is not None else None
+    for i, s in enumerate(stack):
+        if s.cuda_major is not None and s.cuda_major != major:
+            raise _refuse(origin, f"stack.{i}.cuda_major", f"{s.cuda_major} is not the plan's CUDA major {major}")
+        if s.install != s.version and not s.install.startswith(s.version + ".post"):
+            raise _refuse(origin, f"stack.{i}.install", f"{s.install!r} is not {s.version} or a post release of it")
+        if s.cudnn_major is not None or s.cudnn_min is not None:
+            if plan.cudnn is None:
+                raise _refuse(origin, f"stack.{i}.cudnn_major", f"{s.id} uses cuDNN, and the plan records none")
+            have = DottedVersion(plan.cudnn.version)
+            if s.cudnn_major is not None and have.release[0] != s.cudnn_major:
+                raise _refuse(origin, f"stack.{i}.cudnn_major", f"{s.cudnn_major} is not the plan's cuDNN {have}")
+            if s.cudnn_min is not None and have < DottedVersion(s.cudnn_min):
+                raise _refuse(origin, f"stack.{i}.cudnn_min", f"{s.cudnn_min} is above the plan's cuDNN {have}")
+        if s.needs_nvcc and plan.images.get("devel") != plan.base_image:
+            raise _refuse(
+                origin, f"stack.{i}.needs_nvcc", f"{s.id} compiles with nvcc, and the base image is not devel"
             )
 
 
@@ -143,6 +184,8 @@ def check_against_catalogue(plan: Plan, matrix: m.Matrix, origin: str = "plan") 
     )
     if plan.cuda is not None:
         rows.image(plan, matrix, gpus[0])
+    for i, part in enumerate(plan.stack):
+        rows.stack(plan, matrix, i, part)
 
 
 class _Rows:
@@ -350,6 +393,45 @@ class _Rows:
             where,
         )
         return build
+
+    def stack(self, plan: Plan, matrix: m.Matrix, i: int, part) -> None:
+        """One stack package: its catalogued release and build, every field as the resolver
+        writes it from that row (a forged version, library index or CUDA major refused)."""
+        from provision.plan.assemble import package_part
+        from provision.plan.rules import PackageDraft
+
+        field = f"stack.{i}"
+        try:
+            package = matrix.stack(part.id)
+        except UnknownId:
+            raise self.refuse(f"{field}.id", f"{part.id!r} is not a catalogued stack package") from None
+        release = package.release(DottedVersion(part.version))
+        build = None if release is None else release.build(part.flavour)
+        if build is None:
+            raise self.refuse(
+                f"{field}.version",
+                f"{part.id} {part.version} ({part.flavour or 'its only build'}) is not a catalogued build",
+            )
+        fw = matrix.framework(plan.framework.name) if plan.framework is not None else None
+        on = (plan.os.arch, plan.gpu.compute_capability, False)
+        want, _ = package_part(
+            matrix, PackageDraft(package, release, build, part.role), on, None, DottedVersion(plan.cuda.version), fw
+        )
+        where = f"for {part.id} {part.version} ({part.flavour or 'its only build'})"
+        for name in want._fields:
+            self.differs(f"{field}.{name}", getattr(part, name), getattr(want, name), where)
+        # and the row fits the plan as the resolver's rules have it (SM floor, CUDA, cuDNN, pins)
+        from provision.plan.rules import PACKAGE_RULES, package_question, run
+
+        fw_key = None
+        if plan.framework is not None:
+            fw_key = (fw.id, DottedVersion(plan.framework.version), plan.framework.variant)
+        on = (plan.os.arch, plan.gpu.compute_capability, plan.image_os)
+        cudnn = plan.cudnn.version if plan.cudnn is not None else None
+        q = package_question(matrix, on, fw_key, DottedVersion(plan.cuda.version), cudnn)
+        done = run(PACKAGE_RULES, q, PackageDraft(package, release, build, part.role, q.pythons))
+        if not isinstance(done, PackageDraft):
+            raise self.refuse(field, f"{done.candidate}: {done.why}")
 
     def driver(self, plan: Plan, matrix: m.Matrix, os_rel: m.OsRelease, gpus: list[m.Gpu]) -> m.DriverPackaging:
         drv = plan.driver

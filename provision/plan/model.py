@@ -157,6 +157,9 @@ class PlanStackPackage(NamedTuple):
     needs_nvcc: bool  # its ops compile at run time with nvcc (DeepSpeed): a devel image whose CUDA is torch's
     build_requires: tuple[str, ...]  # an sdist's [build-system] requires (built with isolation off)
     source: str  # the sources.yaml key of the build row
+    # added by the resolver (issue 24): the build's declared CPython range for the plan's host
+    # architecture (None: none declared); the image's Python must satisfy every package's
+    requires_python: str | None = None
 
 
 class PlanFabricManager(NamedTuple):

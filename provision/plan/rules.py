@@ -10,6 +10,7 @@ A rule takes the stage's question and a draft of the candidate and returns eithe
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -450,13 +451,18 @@ class StackQuestion(NamedTuple):
     cudnn_pin: str | None
     tier: int  # the most lenient runs_on mode accepted (index into TIERS)
     package: str | None  # the framework's pip name (its builds are named by it)
+    # the stack packages asked for (provision.plan.context.StackPin), and what they are checked
+    # against besides the candidate: (image OS, the framework's id) (); () without a stack
+    stack: tuple = ()
+    img_os: str = ""
+    framework: str | None = None
 
 
 class StackDraft:
     """A candidate stack as the stack rules complete it (one object per candidate, filled in place:
     the search tries thousands of them in `provision matrix check`)."""
 
-    __slots__ = ("build", "cuda", "cudnn", "cudnn_found", "driver", "fw_release", "image", "link")
+    __slots__ = ("build", "cuda", "cudnn", "cudnn_found", "driver", "fw_release", "image", "link", "packages")
 
     def __init__(self, driver, fw_release, build, cuda, image) -> None:
         self.driver = driver  # provision.plan.search.DriverChoice
@@ -467,6 +473,7 @@ class StackDraft:
         self.link: CudaLink | None = None  # cuda-driver: how the driver runs the CUDA release
         self.cudnn_found: tuple[str | None, str] | None = None  # cudnn-pin: (version, origin)
         self.cudnn: CudnnChoice | None = None  # cudnn-support: the cuDNN the plan takes, and why
+        self.packages: tuple[PackageDraft, ...] = ()  # stack-*: the stack packages chosen (PackageDraft)
 
 
 def _combo(q: StackQuestion, d: StackDraft) -> str:
@@ -529,11 +536,388 @@ def _cudnn_support(q: StackQuestion, d: StackDraft):
     return d
 
 
+def _stack_packages(q: StackQuestion, d: StackDraft):
+    """The stack packages (--framework onnxruntime|tensorrt, --with): one release and build of
+    each that fits the candidate and every other package (PACKAGE_RULES, then the pairs)."""
+    if not q.stack:
+        return d
+    fw = (q.framework, d.fw_release.version, d.build.variant) if d.build is not None else None
+    pins = tuple((p.package.id, p.given, p.role) for p in q.stack)
+    found = choose_packages(q.matrix, pins, (q.on[0], q.cc, q.img_os), fw, d.cuda.version, d.cudnn.version)
+    if isinstance(found, Elimination):
+        return found._replace(candidate=f"{_stack_base(q, d)}: {found.candidate}")
+    d.packages = found
+    return d
+
+
+def _stack_base(q: StackQuestion, d: StackDraft) -> str:
+    if d.build is not None:
+        return f"{q.package}=={d.fw_release.version} ({d.build.variant}) + cuda {d.cuda.version}"
+    return f"cuda {d.cuda.version} images"
+
+
 STACK_RULES = (
     Rule("cuda-driver", _cuda_driver),
     Rule("cudnn-pin", _cudnn_pin),
     Rule("cudnn-support", _cudnn_support),
+    Rule("stack", _stack_packages),
 )
+
+
+# -- stack packages (compat/stacks.yaml): each release and build against the candidate ------------
+class PackageQuestion(NamedTuple):
+    """What a stack package's build is checked against: the candidate's framework build (None
+    for an inference image: --framework onnxruntime), its image's CUDA toolkit and OS, its cuDNN,
+    the host and the GPU."""
+
+    matrix: m.Matrix
+    host: str
+    cc: str
+    img_os: str
+    fw: tuple | None  # (framework id, release version, FrameworkBuild)
+    cuda: Version  # the image's CUDA toolkit
+    cudnn: str | None  # the plan's cuDNN (the framework build's pin, or the image's)
+    pythons: tuple[str, ...]  # the image OS's Pythons the framework release takes (images/os.yaml)
+    glibc: Version | None  # the image OS's glibc (images/os.yaml)
+    fw_key: tuple | None = None  # (framework id, release version, the build's variant)
+
+    @property
+    def cuda_major(self) -> int:
+        """The one CUDA major of the image: the framework build's (torch's), else the image CUDA's."""
+        return self.fw[2].cuda_version.release[0] if self.fw is not None else self.cuda.release[0]
+
+    def holder(self) -> str:
+        """What a package's CUDA and cuDNN are held to, as a refusal names it."""
+        if self.fw is None:
+            return f"the CUDA {self.cuda} image"
+        fw_id, version, build = self.fw
+        return f"{self.matrix.framework(fw_id).package} {version}'s {build.variant} build"
+
+
+class PackageDraft(NamedTuple):
+    package: m.StackPackage
+    release: m.StackRelease
+    build: m.StackBuild
+    role: str  # framework | with
+    pythons: tuple[str, ...] = ()  # the image OS's Pythons it takes
+
+    @property
+    def name(self) -> str:
+        flavour = f" ({self.build.flavour})" if self.build.flavour else ""
+        return f"{self.package.id}=={self.release.version}{flavour}"
+
+
+def spec_holds(spec: str | None, version: Version | str) -> bool:
+    """A declared PEP 440 range (">=3.8, <3.13", "<2.15.0,>=2.14.0"; empty: any) holds ``version``
+    (clauses the version grammar does not read, such as ``!=3.9.*``, are left out)."""
+    if not spec or not spec.strip():
+        return True
+    from provision.versions import VersionSpec
+
+    clauses = [c.strip() for c in spec.split(",") if c.strip()]
+    clean = ",".join(c for c in clauses if re.match(r"^(==|!=|>=|<=|>|<)\s*\d+(\.\d+)*$", c))
+    return VersionSpec(clean).contains(version) if clean else True
+
+
+def sm_floor(package: m.StackPackage, release: m.StackRelease, build: m.StackBuild) -> tuple[str | None, str | None]:
+    """(the oldest compute capability the build supports, its source): the row's, else the
+    package's documented rule for the release."""
+    if build.sm_floor is not None:
+        return build.sm_floor, build.sm_source
+    rule = next((r for r in package.documented if r.sm_floor and r.releases.contains(release.version)), None)
+    return (rule.sm_floor, rule.source) if rule is not None else (None, None)
+
+
+def _pkg_arch(q: PackageQuestion, d: PackageDraft):
+    if q.host not in d.build.arches:
+        return Elimination(d.name, f"no {q.host} build (its builds are for {'/'.join(d.build.arches)})", "stack-arch")
+    return d
+
+
+def _pkg_sm(q: PackageQuestion, d: PackageDraft):
+    floor, source = sm_floor(d.package, d.release, d.build)
+    if floor is not None and Version(q.cc) < Version(floor):
+        why = f"supports SM {floor} and newer ({source}); the GPU is SM {q.cc}"
+        return Elimination(d.name, why, "stack-sm")
+    return d
+
+
+def _pkg_framework(q: PackageQuestion, d: PackageDraft):
+    """The build's pin on the framework (torch-tensorrt X.Y: torch X.Y; megatron-core 0.16: torch >= 2.6)."""
+    if q.fw is None:
+        return d
+    fw_id, version, _ = q.fw
+    package = q.matrix.framework(fw_id).package
+    spec = d.build.requirement(package)
+    if spec is not None and not spec_holds(spec, version):
+        return Elimination(d.name, f"requires {package}{spec}; the plan's is {package} {version}", "stack-requires")
+    return d
+
+
+def _pkg_python(q: PackageQuestion, d: PackageDraft):
+    spec = d.build.python_for(q.host)
+    fits = tuple(v for v in q.pythons if spec_holds(spec, v))
+    if not fits:
+        also = f" that {q.fw[0]} {q.fw[1]} takes" if q.fw is not None else ""
+        why = f"needs Python {spec}; {q.img_os} images offer {', '.join(q.pythons) or 'none'}{also}"
+        return Elimination(d.name, why, "stack-python")
+    return d._replace(pythons=fits)
+
+
+def _pkg_glibc(q: PackageQuestion, d: PackageDraft):
+    floor = d.build.glibc_for(q.host)
+    if floor is not None and q.glibc is not None and floor > q.glibc:
+        why = f"its {q.host} wheels are manylinux_{str(floor).replace('.', '_')} (glibc >= {floor}); {q.img_os} has glibc {q.glibc}"
+        return Elimination(d.name, why, "stack-glibc")
+    return d
+
+
+def _pkg_cudnn(q: PackageQuestion, d: PackageDraft):
+    """cuDNN: the build's major and declared range agree with the plan's cuDNN (the framework
+    build's pin, or the image's), never below the package's own floor (Transformer Engine)."""
+    b = d.build
+    if b.cudnn_major is None and b.cudnn_spec is None and b.cudnn_min is None:
+        return d
+    if q.cudnn is None:
+        why = f"uses cuDNN {b.cudnn_major or ''}, and the cuDNN {q.holder()} brings is not catalogued".replace(
+            "  ", " "
+        )
+        return Elimination(d.name, why, "stack-cudnn")
+    have = Version(q.cudnn)
+    holder = q.holder()
+    brings = "bundles" if q.fw is not None else "carries"
+    if b.cudnn_major is not None and have.release[0] != b.cudnn_major:
+        why = f"{d.package.id} {d.release.version} is built for cuDNN {b.cudnn_major}; {holder} {brings} cuDNN {have}"
+        return Elimination(d.name, why, "stack-cudnn")
+    if b.cudnn_spec is not None and not b.cudnn_spec.contains(have):
+        why = f"declares cuDNN {b.cudnn_spec}; {holder} {brings} cuDNN {have}"
+        return Elimination(d.name, why, "stack-cudnn")
+    if b.cudnn_min is not None and have < b.cudnn_min:
+        why = f"refuses cuDNN older than {b.cudnn_min} (its MIN_CUDNN_VERSION); {holder} {brings} cuDNN {have}"
+        return Elimination(d.name, why, "stack-cudnn")
+    return d
+
+
+def _pkg_cuda(q: PackageQuestion, d: PackageDraft):
+    """One CUDA major for every CUDA-using package: the framework build's, else the image's; the
+    image's CUDA not older than the CUDA the build records."""
+    b = d.build
+    if b.cuda_major is None:
+        return d
+    if b.cuda_major != q.cuda_major:
+        why = f"{d.package.id} {d.release.version}{' ' + b.flavour if b.flavour else ''} is built for CUDA {b.cuda_major}; {q.holder()} is CUDA {q.cuda_major}"
+        return Elimination(d.name, why, "stack-cuda")
+    if b.cuda is not None and Version(major_minor(q.cuda)) < Version(b.cuda):
+        why = f"is built with CUDA {b.cuda}; the image's CUDA is {q.cuda}"
+        return Elimination(d.name, why, "stack-cuda")
+    return d
+
+
+def _pkg_nvcc(q: PackageQuestion, d: PackageDraft):
+    """A package that compiles against the framework at run time or build time (DeepSpeed:
+    nvcc = torch.version.cuda) gets the devel image of the framework build's CUDA; minors may
+    differ only where the release's nvcc_minor_mismatch_ok lists both."""
+    wants = (d.package.runtime is not None and d.package.runtime.nvcc == "framework") or any(
+        x.build is not None and x.build.nvcc == "framework" for x in d.package.distributions
+    )
+    if not wants:
+        return d
+    if q.fw is None:
+        return Elimination(
+            d.name, "compiles against the framework's CUDA (nvcc), and the plan has no framework", "stack-nvcc"
+        )
+    torch_cuda = q.fw[2].cuda
+    nvcc = major_minor(q.cuda)
+    if nvcc == torch_cuda:
+        return d
+    ok = dict(d.build.nvcc_minor_mismatch_ok or ()).get(q.cuda.release[0], ())
+    if nvcc in ok and torch_cuda in ok:
+        return d
+    why = f"needs nvcc {torch_cuda} (the framework build's CUDA); the image's nvcc is {nvcc}"
+    return Elimination(d.name, why, "stack-nvcc")
+
+
+PACKAGE_RULES = (
+    Rule("stack-arch", _pkg_arch),
+    Rule("stack-sm", _pkg_sm),
+    Rule("stack-requires", _pkg_framework),
+    Rule("stack-python", _pkg_python),
+    Rule("stack-glibc", _pkg_glibc),
+    Rule("stack-cudnn", _pkg_cudnn),
+    Rule("stack-cuda", _pkg_cuda),
+    Rule("stack-nvcc", _pkg_nvcc),
+)
+
+
+def _requirement_on(a: PackageDraft, b: PackageDraft) -> str | None:
+    """Why ``a``'s declared requirement on ``b``'s package refuses ``b`` (its version or its build
+    line: torch-tensorrt 2.14 requires tensorrt-cu13 >=11.1,<11.2), or None."""
+    names = {b.package.pip, *b.build.pip_names}
+    patterns = [x.pip for x in b.package.distributions]
+    for name, spec in a.build.requires:
+        if name in names:
+            if not spec_holds(spec, b.release.version):
+                return f"{a.name} requires {name}{spec}; {b.name} does not fit it"
+        elif any(_pattern_matches(p, name) for p in patterns):
+            return f"{a.name} requires {name}{spec}, another build line than {b.name}"
+    return None
+
+
+def _pattern_matches(pattern: str, name: str) -> bool:
+    if "{flavour}" not in pattern:
+        return pattern == name
+    head, _, tail = pattern.partition("{flavour}")
+    return name.startswith(head) and name.endswith(tail) and len(name) > len(head) + len(tail)
+
+
+def _builds_in_order(release: m.StackRelease) -> tuple[m.StackBuild, ...]:
+    """A release's builds as pip would take them: the default first, then the others, newest CUDA first."""
+    return tuple(sorted(release.builds, key=lambda b: (not b.default, -(b.cuda_major or 0))))
+
+
+def package_candidates(
+    matrix: m.Matrix, pin: tuple[str, str, str], q: PackageQuestion
+) -> tuple[tuple[PackageDraft, ...], tuple[Elimination, ...]]:
+    """(the builds of a stack pin that pass PACKAGE_RULES, newest release first; the eliminations
+    of the others, in order)."""
+    from provision.plan.context import stack_pin
+
+    _, given, role = pin
+    found = stack_pin(matrix, given, role)
+    passed, dropped = [], []
+    for release in found.releases:
+        for build in _builds_in_order(release):
+            done = run(PACKAGE_RULES, q, PackageDraft(found.package, release, build, role, q.pythons))
+            (dropped if isinstance(done, Elimination) else passed).append(done)
+    return tuple(passed), tuple(dropped)
+
+
+def package_question(
+    matrix: m.Matrix, on: tuple[str, str, str], fw_key: tuple | None, cuda: Version, cudnn: str | None
+) -> PackageQuestion:
+    """What a candidate's stack packages are checked against (``on``: host architecture, compute
+    capability, image OS; ``fw_key``: framework id, release version, build variant, or None)."""
+    host, cc, img_os = on
+    os_facts = image_os_facts(img_os)
+    pythons = tuple(os_facts["python"]) if os_facts else ()
+    fw = None
+    if fw_key is not None:
+        fw_id, version, variant = fw_key
+        release = matrix.framework(fw_id).release(version)
+        fw = (fw_id, version, next(b for b in release.builds if b.variant == variant))
+        pythons = tuple(v for v in pythons if spec_holds(release.python_for(host), v))
+    glibc = Version(os_facts["glibc"]) if os_facts and os_facts.get("glibc") else None
+    return PackageQuestion(matrix, host, cc, img_os, fw, cuda, cudnn, pythons, glibc, fw_key)
+
+
+@per_matrix
+def choose_packages(  # noqa: PLR0917 - per_matrix keys by positional arguments
+    matrix: m.Matrix,
+    pins: tuple[tuple[str, str, str], ...],
+    on: tuple[str, str, str],
+    fw_key: tuple | None,
+    cuda: Version,
+    cudnn: str | None,
+) -> tuple[PackageDraft, ...] | Elimination:
+    """One release and build per stack pin, in the order given, each the newest that fits the
+    candidate and every package before it (a depth-first search: an older release of an earlier
+    package is taken when a later one fits nothing with the newer); or the Elimination saying why
+    none fits (a package with no fitting build: its builds' reasons; else the pair that conflicts).
+    ``on``: (host architecture, compute capability, image OS); ``fw_key``: (framework id, release
+    version, build variant), None for an inference image."""
+    q = package_question(matrix, on, fw_key, cuda, cudnn)
+    options = []
+    for pin in pins:
+        passed, dropped = package_candidates(matrix, pin, q)
+        if not passed:
+            return _no_build(pin, dropped)
+        options.append(passed)
+    conflicts: list[str] = []
+
+    def walk(i: int, chosen: tuple[PackageDraft, ...], pythons: tuple[str, ...]):
+        if i == len(options):
+            return chosen
+        for draft in options[i]:
+            common = tuple(v for v in pythons if v in draft.pythons)
+            if not common:
+                conflicts.append(
+                    f"{draft.name} takes Python {', '.join(draft.pythons)}; with "
+                    f"{', '.join(c.name for c in chosen)} none is left of {q.img_os}'s"
+                )
+                continue
+            clash = next((w for c in chosen for w in (_requirement_on(c, draft), _requirement_on(draft, c)) if w), None)
+            if clash is not None:
+                conflicts.append(clash)
+                continue
+            done = walk(i + 1, (*chosen, draft), common)
+            if done is not None:
+                return done
+        return None
+
+    done = walk(0, (), q.pythons)
+    if done is not None:
+        return done
+    return Elimination(" + ".join(p[1] for p in pins), conflicts[0] if conflicts else "no set fits", "stack-requires")
+
+
+_KIND_ORDER = (
+    "stack-sm",
+    "stack-arch",
+    "stack-requires",
+    "stack-cudnn",
+    "stack-cuda",
+    "stack-python",
+    "stack-glibc",
+    "stack-nvcc",
+)
+
+
+def _no_build(pin: tuple[str, str, str], dropped: tuple[Elimination, ...]) -> Elimination:
+    """The Elimination of a stack pin none of whose builds fits: the reasons of its newest
+    release's builds (a pinned release: that release's), the most telling kind first."""
+    newest = dropped[0].candidate.split(" ")[0]
+    first = [e for e in dropped if e.candidate.split(" ")[0] == newest]
+    first.sort(key=lambda e: _KIND_ORDER.index(e.rule) if e.rule in _KIND_ORDER else len(_KIND_ORDER))
+    same = len({e.why for e in first}) == 1
+    whys = list(dict.fromkeys(e.why if same else f"{e.candidate}: {e.why}" for e in first))
+    releases = len({e.candidate.split(" ")[0] for e in dropped})
+    more = f" ({releases} releases tried, none fits)" if releases > 1 else ""
+    candidate = first[0].candidate if len(first) == 1 else (newest if same else pin[1])
+    return Elimination(candidate, "; ".join(whys) + more, first[0].rule)
+
+
+_IMAGE_OS: dict[str, dict | None] = {}
+
+
+def image_os_facts(img_os: str) -> dict | None:
+    """The image OS's facts for a stack: its Pythons (versions, default first) and glibc
+    (images/os.yaml, the file `render` picks the image's Python from); None: not listed there."""
+    if img_os not in _IMAGE_OS:
+        import os
+
+        import yaml
+
+        from provision.resources import images_dir
+
+        with open(os.path.join(images_dir(), "os.yaml"), encoding="utf-8") as fh:
+            facts = yaml.safe_load(fh)["image_os"]
+        for name, row in facts.items():
+            _IMAGE_OS[name] = {"glibc": row.get("glibc"), "python": [str(p["version"]) for p in row.get("python", ())]}
+        _IMAGE_OS.setdefault(img_os, None)
+    return _IMAGE_OS[img_os]
+
+
+def image_flavour(matrix: m.Matrix, build: m.FrameworkBuild | None, stack: tuple) -> str:
+    """The flavour of the images a candidate starts from (provision.matrix.model.base_flavour), with
+    a stack: devel when a package compiles or reads the CUDA headers at run time (DeepSpeed's JIT
+    ops, Transformer Engine); an inference image's libraries come from the image: cuDNN's
+    (cudnn-runtime) when its package uses cuDNN (ONNX Runtime), else CUDA's (runtime: TensorRT)."""
+    if any(p.package.runtime is not None and p.package.runtime.image == "devel" for p in stack):
+        return "devel"
+    if build is None and stack:
+        uses_cudnn = any(b.cudnn_major is not None for r in stack[0].package.releases for b in r.builds)
+        return m.base_flavour("system" if uses_cudnn else None)
+    return m.base_flavour(build.libraries if build is not None else None)
 
 
 # -- the kinds, in the order a refusal's summary names them: the stages nearest to a plan first ----
@@ -542,6 +926,14 @@ def _s(n: int) -> str:
 
 
 KINDS = (
+    Kind("stack-sm", lambda ctx, s: f"stack package build{s} that do not support sm_{ctx.cc.replace('.', '')}"),
+    Kind("stack-requires", lambda ctx, s: f"stack package build{s} whose declared requirements refuse the others"),
+    Kind("stack-cudnn", lambda ctx, s: f"stack package build{s} whose cuDNN disagrees with the plan's"),
+    Kind("stack-cuda", lambda ctx, s: f"stack package build{s} for another CUDA than the plan's"),
+    Kind("stack-python", lambda ctx, s: f"stack package build{s} for no Python the {ctx.img_os} images offer"),
+    Kind("stack-glibc", lambda ctx, s: f"stack package build{s} whose wheels need a newer glibc than {ctx.img_os}'s"),
+    Kind("stack-arch", lambda ctx, s: f"stack package build{s} without {ctx.host} wheels"),
+    Kind("stack-nvcc", lambda ctx, s: f"stack package build{s} whose nvcc differs from the framework build's CUDA"),
     Kind("cudnn-pin", lambda ctx, s: f"stack{s} whose cuDNN does not match --cudnn {ctx.request.cudnn}"),
     Kind(
         "cudnn-support", lambda ctx, s: f"stack{s} whose cuDNN does not support the CUDA release, the GPU or the driver"

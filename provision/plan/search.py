@@ -49,6 +49,8 @@ class Choice(NamedTuple):
     # --host-only --cuda X: how the driver runs the CUDA X images the host must run (the least
     # preferred mode among them); None: no CUDA pin, or not a host-only plan
     host_runs: runs_on.Verdict | None = None
+    # the stack packages chosen (provision.plan.rules.PackageDraft), in the request's order
+    packages: tuple = ()
 
     @property
     def host_only(self) -> bool:
@@ -90,17 +92,31 @@ def search(ctx: Context) -> Choice | None:
     else:
         order = ((drv, (None, None), tier) for tier in tiers for drv in drivers)
     package = ctx.pins.framework.package if ctx.pins.framework is not None else None
+    fw_id = ctx.pins.framework.id if ctx.pins.framework is not None else None
+    stack = ctx.pins.stack
     on, questions = (ctx.host, ctx.gpus[0].id), {}
     for drv, (fw_release, build), tier in order:
         question = questions.get(tier)
         if question is None:
-            question = questions[tier] = rules.StackQuestion(ctx.matrix, on, ctx.cc, ctx.pins.cudnn, tier, package)
+            question = questions[tier] = rules.StackQuestion(
+                ctx.matrix, on, ctx.cc, ctx.pins.cudnn, tier, package, stack, ctx.img_os, fw_id
+            )
         for cuda, image in cuda_candidates(ctx, build):
             done = rules.run(rules.STACK_RULES, question, rules.StackDraft(drv, fw_release, build, cuda, image))
             if isinstance(done, Elimination):
                 ctx.drop(done)
                 continue
-            return Choice(done.driver, done.fw_release, done.build, done.cuda, done.image, done.link, done.cudnn)
+            return Choice(
+                done.driver,
+                done.fw_release,
+                done.build,
+                done.cuda,
+                done.image,
+                done.link,
+                done.cudnn,
+                None,
+                done.packages,
+            )
     return None
 
 
@@ -208,12 +224,10 @@ def cuda_candidates(ctx: Context, build: m.FrameworkBuild | None) -> Iterator[tu
     months later), so they are chosen only when nothing supported fits, or when pinned. The
     eliminations are made as the search reaches each release (a refusal lists them in that order)."""
     matrix = ctx.matrix
-    libraries = build.libraries if build is not None else None
-    ask = ctx.asks.get(libraries)
+    flavour = rules.image_flavour(matrix, build, ctx.pins.stack)
+    ask = ctx.asks.get(flavour)
     if ask is None:
-        ask = ctx.asks[libraries] = rules.CudaAsk(
-            ctx.cc, ctx.arch.name, ctx.img_os, ctx.host, m.base_flavour(libraries)
-        )
+        ask = ctx.asks[flavour] = rules.CudaAsk(ctx.cc, ctx.arch.name, ctx.img_os, ctx.host, flavour)
     walk = cuda_walk(matrix, ctx.pins.cuda, None if build is None else build.cuda, ask)
     past_eol = []
     as_of = matrix.as_of

@@ -1,0 +1,332 @@
+"""Plans with stacks (issue 24, items 2 and 4): --framework onnxruntime|tensorrt, --with NAME[==V],
+one consistent set chosen by the search, refusals that name the pair and the fact, the plan
+document (JSON, schema, read_plan) and the lock's stack rows held to the catalogue."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from provision.errors import BadPin, InputError, NoCompatibleStack, UnknownId
+from provision.plan.lockcheck import check_against_catalogue
+from provision.plan.model import Plan, PlanRequest, read_plan
+from provision.plan.resolve import resolve
+from provision.versions import DottedVersion as Version
+
+
+def _plan(matrix, gpu="l4", os_id="ubuntu22.04", framework=None, with_=(), **pins) -> Plan:
+    return resolve(matrix, PlanRequest(os=os_id, gpu=gpu, framework=framework, with_=tuple(with_), **pins))
+
+
+def _one(plan: Plan, ident: str):
+    return next(s for s in plan.stack if s.id == ident)
+
+
+def _cuda_major(plan: Plan) -> int:
+    return Version(plan.cuda.version).release[0]
+
+
+# -- Done when: the inference framework ------------------------------------------------------------
+def test_l4_onnxruntime_is_the_newest_release_whose_cuda_the_driver_runs(real_matrix):
+    plan = _plan(real_matrix, framework="onnxruntime")
+    assert plan.framework is None
+    ort = plan.stack[0]
+    assert (ort.id, ort.role, ort.pip) == ("onnxruntime", "framework", "onnxruntime-gpu")
+    major = _cuda_major(plan)
+    releases = real_matrix.stack("onnxruntime").releases
+    newest = next(r for r in releases if any(b.cuda_major == major for b in r.builds))
+    assert ort.version == str(newest.version)
+    assert ort.cuda_major == major
+    # and not an older CUDA line: every newer release is for a CUDA major the plan's driver does not run here
+    assert all(b.cuda_major != major for r in releases if r.version > newest.version for b in r.builds)
+    assert "cudnn-runtime" in plan.base_image  # ONNX Runtime uses the image's CUDA and cuDNN
+    assert Version(plan.cudnn.version).release[0] == ort.cudnn_major
+
+
+def test_a_driver_that_runs_only_cuda_12_gets_a_cuda_12_onnxruntime(real_matrix):
+    plan = _plan(real_matrix, framework="onnxruntime", driver="550")
+    assert _cuda_major(plan) == 12
+    ort = plan.stack[0]
+    assert ort.cuda_major == 12
+    assert Version(ort.cuda or "12.0") <= Version(".".join(plan.cuda.version.split(".")[:2]))
+
+
+# -- Done when: cuDNN 8 vs 9 -----------------------------------------------------------------------
+def test_torch_2_5_1_with_onnxruntime_1_18_1_is_refused_naming_cudnn_8_vs_9_and_the_pins_that_work(real_matrix):
+    with pytest.raises(NoCompatibleStack) as caught:
+        _plan(real_matrix, framework="pytorch==2.5.1", with_=["onnxruntime==1.18.1"])
+    error = caught.value
+    text = " ".join(error.summary)
+    assert "onnxruntime 1.18.1 is built for cuDNN 8" in text
+    assert "torch 2.5.1's" in text
+    assert "bundles cuDNN 9." in text
+    assert "stack-cudnn" in error.kinds
+    assert "onnxruntime >= 1.19" in error.hint
+    # the suggested pin resolves
+    pin = error.hint.split("--with ", 1)[1].split(" ", 1)[0]
+    assert _plan(real_matrix, framework="pytorch==2.5.1", with_=[pin]).stack[0].version == pin.split("==")[1]
+
+
+def test_with_onnxruntime_alone_agrees_with_torch(real_matrix):
+    plan = _plan(real_matrix, framework="pytorch==2.5.1", with_=["onnxruntime"])
+    ort = _one(plan, "onnxruntime")
+    assert ort.role == "with"
+    assert ort.cuda_major == Version(plan.framework.cuda).release[0] == _cuda_major(plan)
+    assert ort.cudnn_major == Version(plan.cudnn.version).release[0] == 9
+    assert Version(ort.version) >= Version("1.19")
+    assert Version(ort.cuda) <= Version(plan.framework.cuda)  # never built with a newer CUDA than torch's
+    # the newest such release: every newer one is refused by a rule
+    newer = [r for r in real_matrix.stack("onnxruntime").releases if r.version > Version(ort.version)]
+    assert newer
+    assert all(
+        Version(b.cuda or "99") > Version(plan.framework.cuda) or b.cuda_major != 12 for r in newer for b in r.builds
+    )
+
+
+# -- Done when: SM floors ----------------------------------------------------------------------------
+def test_v100_tensorrt_10_6_is_refused_naming_sm_7_0_and_suggesting_releases_that_support_it(real_matrix):
+    with pytest.raises(NoCompatibleStack) as caught:
+        _plan(real_matrix, gpu="v100", framework="tensorrt==10.6")
+    error = caught.value
+    text = " ".join(error.summary)
+    assert "supports SM 7.5 and newer" in text
+    assert "the GPU is SM 7.0" in text
+    assert "tensorrt <= 10.4.0" in error.hint
+    assert _plan(real_matrix, gpu="v100", framework="tensorrt==10.4").stack[0].sm_floor == "7.0"
+
+
+def test_every_tensorrt_release_from_10_5_is_refused_on_v100(real_matrix):
+    for release in real_matrix.stack("tensorrt").releases:
+        if release.version >= Version("10.5"):
+            with pytest.raises(NoCompatibleStack):
+                _plan(real_matrix, gpu="v100", framework=f"tensorrt=={release.version}")
+
+
+def test_fp8_the_gpu_lacks_is_a_reason_not_a_refusal(real_matrix):
+    plan = _plan(real_matrix, gpu="a100-pcie", framework="pytorch", with_=["transformer-engine"])
+    assert any(r.component == "transformer-engine" and r.text.startswith("FP8 unavailable") for r in plan.reasons)
+    plan = _plan(real_matrix, gpu="h100-sxm", framework="pytorch", with_=["transformer-engine"])
+    assert not any(r.text.startswith("FP8 unavailable") for r in plan.reasons)
+
+
+# -- Done when: DeepSpeed's devel base, Transformer Engine's cuDNN floor ----------------------------
+@pytest.mark.parametrize("torch", ["pytorch", "pytorch==2.5.1", "pytorch==2.3.1"])
+def test_with_deepspeed_gives_a_devel_base_whose_cuda_is_the_torch_builds(real_matrix, torch):
+    plan = _plan(real_matrix, gpu="h100-sxm", framework=torch, with_=["deepspeed"])
+    ds = _one(plan, "deepspeed")
+    assert ds.needs_nvcc
+    assert plan.base_image == plan.images["devel"]
+    assert ".".join(plan.cuda.version.split(".")[:2]) == plan.framework.cuda
+    assert any(r.component == "image" and r.text.split(": ", 1)[1].startswith("devel flavour") for r in plan.reasons)
+
+
+def test_without_deepspeed_the_base_is_not_devel(real_matrix):
+    assert (
+        _plan(real_matrix, gpu="h100-sxm", framework="pytorch").base_image
+        != _plan(real_matrix, gpu="h100-sxm", framework="pytorch", with_=["deepspeed"]).base_image
+    )
+
+
+def test_transformer_engine_is_never_paired_with_a_cudnn_below_its_floor(real_matrix):
+    te = real_matrix.stack("transformer-engine")
+    floored = [r for r in te.releases if any(b.cudnn_min is not None for b in r.builds)]
+    assert floored, "the catalogue records Transformer Engine's cuDNN floor"
+    for torch in ("pytorch==2.5.1", "pytorch"):
+        plan = _plan(real_matrix, gpu="h100-sxm", framework=torch, with_=["transformer-engine"])
+        part = _one(plan, "transformer-engine")
+        if part.cudnn_min is not None:
+            assert Version(plan.cudnn.version) >= Version(part.cudnn_min)
+    # torch 2.5.1 bundles cuDNN 9.1: the floored release is refused, naming the floor
+    pin = f"transformer-engine=={floored[0].version}"
+    with pytest.raises(NoCompatibleStack) as caught:
+        _plan(real_matrix, gpu="h100-sxm", framework="pytorch==2.5.1", with_=[pin])
+    assert f"refuses cuDNN older than {floored[0].builds[0].cudnn_min}" in " ".join(caught.value.summary)
+
+
+# -- requires: torch-tensorrt pins torch; megatron-core needs torch >= 2.6 -------------------------
+def test_torch_tensorrt_pins_torch_and_the_search_takes_the_torch_it_needs(real_matrix):
+    plan = _plan(real_matrix, gpu="l4", framework="pytorch", with_=["torch-tensorrt==2.5.0"])
+    assert plan.framework.version.startswith("2.5.")
+    with pytest.raises(NoCompatibleStack) as caught:
+        _plan(real_matrix, gpu="l4", framework="pytorch==2.6.0", with_=["torch-tensorrt==2.5.0"])
+    assert "requires torch" in " ".join(caught.value.summary)
+
+
+def test_torch_tensorrt_and_tensorrt_agree(real_matrix):
+    plan = _plan(real_matrix, gpu="h100-sxm", framework="pytorch==2.5.1", with_=["tensorrt", "torch-tensorrt"])
+    trt, ttrt = _one(plan, "tensorrt"), _one(plan, "torch-tensorrt")
+    build = real_matrix.stack("torch-tensorrt").release(Version(ttrt.version)).builds[0]
+    from provision.plan.rules import spec_holds
+
+    spec = build.requirement("tensorrt") or build.requirement(f"tensorrt-{trt.flavour}")
+    assert spec is not None
+    assert spec_holds(spec, trt.version)
+
+
+def test_megatron_core_0_16_needs_torch_2_6(real_matrix):
+    with pytest.raises(NoCompatibleStack) as caught:
+        _plan(real_matrix, gpu="h100-sxm", framework="pytorch==2.5.1", with_=["megatron-core==0.16"])
+    assert "requires torch>=2.6" in " ".join(caught.value.summary)
+
+
+# -- Python and glibc of the image OS -----------------------------------------------------------------
+def test_the_image_os_python_decides(real_matrix):
+    """ONNX Runtime 1.27+ needs Python >= 3.11: rockylinux8 images offer 3.11 too; the chosen one
+    records its range, and the plan names the Pythons it takes."""
+    plan = _plan(real_matrix, gpu="l4", framework="onnxruntime==1.31.1")
+    assert plan.stack[0].requires_python == ">=3.11,<3.15"
+    assert any("Python 3.11" in r.text for r in plan.reasons if r.component == "onnxruntime")
+
+
+# -- bad input --------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("framework", "with_", "error", "words"),
+    [
+        (None, ["onnxruntime"], BadPin, "no --framework"),
+        ("onnxruntime", ["deepspeed"], BadPin, "needs torch"),
+        ("onnxruntime", ["torch-tensorrt"], BadPin, "needs torch"),
+        ("pytorch", ["onnxruntime", "onnxruntime-gpu==1.20.0"], BadPin, "named twice"),
+        ("onnxruntime", ["onnxruntime"], BadPin, "named twice"),
+        ("pytorch", ["nosuch"], UnknownId, "unknown stack package"),
+        ("pytorch", ["onnxruntime==9.9"], UnknownId, "not in the catalogue"),
+        ("pytorch", ["onnxruntime==x"], BadPin, "not a ONNX Runtime (GPU) version"),
+        ("deepspeed", [], BadPin, "added to a framework"),
+        ("jax", [], UnknownId, "unknown framework"),
+    ],
+)
+def test_bad_stack_input_is_refused(real_matrix, framework, with_, error, words):
+    with pytest.raises(error) as caught:
+        _plan(real_matrix, framework=framework, with_=with_)
+    assert words in caught.value.message
+    assert caught.value.hint
+
+
+def test_with_and_host_only_is_refused(real_matrix):
+    with pytest.raises(BadPin, match="--host-only plans no image, so --with"):
+        resolve(
+            real_matrix, PlanRequest(os="ubuntu22.04", gpu="l4", framework=None, host_only=True, with_=("deepspeed",))
+        )
+
+
+def test_cli_bad_with_is_one_line_and_exit_2(cli):
+    result = cli("plan", "--os", "ubuntu22.04", "--gpu", "l4", "--framework", "pytorch", "--with", "nosuch")
+    assert result.code == 2
+    lines = result.err.strip().splitlines()
+    assert lines[0].startswith("error: unknown stack package 'nosuch'")
+    assert lines[1].startswith("hint: known: onnxruntime, tensorrt, torch-tensorrt, deepspeed")
+    assert "Traceback" not in result.err
+
+
+def test_a_package_that_goes_with_a_framework_named_as_the_framework_is_refused_naming_with(cli):
+    result = cli("plan", "--os", "ubuntu22.04", "--gpu", "l4", "--framework", "deepspeed")
+    assert result.code == 2
+    assert "hint: plan it with --framework pytorch --with deepspeed" in result.err
+
+
+# -- the plan document -------------------------------------------------------------------------------
+def test_table_json_and_read_plan_round_trip(cli, tmp_path):
+    args = ("plan", "--os", "ubuntu22.04", "--gpu", "h100-sxm", "--framework", "pytorch==2.5.1")
+    args += ("--with", "deepspeed", "--with", "onnxruntime", "--with", "tensorrt")
+    table = cli(*args)
+    assert table.code == 0, table
+    rows = [line for line in table.out.splitlines() if line.startswith("with ")]
+    assert [r.split()[1].split("==")[0] for r in rows] == ["deepspeed", "onnxruntime-gpu", "tensorrt-cu12"]
+    lock = tmp_path / "plan.json"
+    result = cli(*args, "--format", "json", "--lock", str(lock))
+    assert result.code == 0, result
+    doc = json.loads(result.out)
+    assert doc["request"]["with"] == ["deepspeed", "onnxruntime", "tensorrt"]
+    assert [s["id"] for s in doc["stack"]] == ["deepspeed", "onnxruntime", "tensorrt"]
+    for part in doc["stack"]:
+        assert {"version", "flavour", "cuda_major", "cudnn_major", "source"} <= set(part)
+    trt = doc["stack"][2]
+    assert trt["library_index"] == "https://pypi.nvidia.com/"
+    plan = read_plan(str(lock))
+    assert plan.request.with_ == ("deepspeed", "onnxruntime", "tensorrt")
+    assert plan.to_dict() == doc
+    assert plan.digest() == doc["digest"]
+
+
+def test_a_plan_without_a_stack_has_no_stack_keys(cli):
+    result = cli("plan", "--os", "ubuntu22.04", "--gpu", "l4", "--framework", "pytorch==2.5.1", "--format", "json")
+    doc = json.loads(result.out)
+    assert "stack" not in doc
+    assert "with" not in doc["request"]
+
+
+def test_the_schema_refuses_a_stack_string_out_of_pattern(real_matrix):
+    plan = _plan(real_matrix, framework="pytorch==2.5.1", with_=["tensorrt"])
+    doc = plan.to_dict()
+    for key, bad in (
+        ("requirement", "tensorrt==10.3.0 --index-url https://evil.example/"),
+        ("library_index", "http://evil.example/simple"),
+        ("role", "main"),
+        ("cuda_major", "12"),
+    ):
+        forged = json.loads(json.dumps(doc))
+        forged["stack"][0][key] = bad
+        with pytest.raises(InputError):
+            Plan.from_dict(forged)
+    forged = json.loads(json.dumps(doc))
+    forged["request"]["with"] = ["tensorrt\n--extra-index-url x"]
+    with pytest.raises(InputError):
+        Plan.from_dict(forged)
+
+
+def _forged(plan: Plan, **changes) -> Plan:
+    return plan._replace(stack=(plan.stack[0]._replace(**changes), *plan.stack[1:]))
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"library_index": "https://evil.example/simple/"}, "stack.0.library_index"),
+        ({"version": "10.4.0", "install": "10.4.0"}, "stack.0.requirement"),
+        ({"version": "10.99.0", "install": "10.99.0"}, "stack.0.version"),
+        ({"source": "made-up"}, "stack.0.source"),
+    ],
+)
+def test_the_lock_check_holds_stack_rows_to_the_catalogue(real_matrix, changes, field):
+    plan = _plan(real_matrix, framework="pytorch==2.5.1", with_=["tensorrt==10.3"])
+    check_against_catalogue(plan, real_matrix)
+    with pytest.raises(InputError) as caught:
+        check_against_catalogue(_forged(plan, **changes), real_matrix)
+    assert field.rsplit(".", 1)[0] in caught.value.message
+
+
+def test_the_consistency_check_refuses_a_forged_cuda_major_and_a_missing_devel_base(real_matrix):
+    plan = _plan(real_matrix, framework="pytorch==2.5.1", with_=["tensorrt"])
+    doc = _forged(plan, cuda_major=13).to_dict()
+    doc["digest"] = _forged(plan, cuda_major=13).digest()
+    with pytest.raises(InputError, match="cuda_major"):
+        Plan.from_dict(doc)
+    ds = _plan(real_matrix, gpu="h100-sxm", framework="pytorch==2.5.1", with_=["deepspeed"])
+    runtime = ds._replace(base_image=ds.images["base"])
+    doc = runtime.to_dict()
+    doc["digest"] = runtime.digest()
+    with pytest.raises(InputError, match="needs_nvcc"):
+        Plan.from_dict(doc)
+
+
+def test_the_lock_check_runs_the_rules_on_a_catalogued_row_that_does_not_fit(real_matrix):
+    """A lock whose TensorRT row is a real catalogued build, consistently written, that the GPU
+    cannot run (10.6 on a V100: SM 7.5 and newer) is refused by the rules the resolver uses."""
+    plan = _plan(real_matrix, gpu="v100", framework="tensorrt==10.4")
+    check_against_catalogue(plan, real_matrix)
+    pkg = real_matrix.stack("tensorrt")
+    release = pkg.release(Version("10.6.0"))
+    build = release.build(plan.stack[0].flavour)
+    from provision.plan.assemble import package_part
+    from provision.plan.rules import PackageDraft
+
+    part, _ = package_part(
+        real_matrix,
+        PackageDraft(pkg, release, build, "framework"),
+        ("x86_64", "7.0", False),
+        None,
+        Version(plan.cuda.version),
+        None,
+    )
+    with pytest.raises(InputError, match=r"supports SM 7\.5 and newer"):
+        check_against_catalogue(plan._replace(stack=(part,)), real_matrix)
