@@ -15,7 +15,7 @@ import tempfile
 from typing import NamedTuple
 
 from provision.errors import InputError, OperationFailed, ToolingError
-from provision.plan.model import PlanFramework
+from provision.plan.model import PlanFramework, PlanStackPackage
 
 LOCK_NAME = "requirements.lock"
 PYPI = "https://pypi.org/simple"
@@ -23,6 +23,14 @@ MAX_LOCK_BYTES = 16 * 1024 * 1024
 RESOLVE_TIMEOUT_S = 600
 ARCHES = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
 INSTALL = "pip install --require-hashes --no-deps --only-binary=:all: -r requirements.lock"
+INSTALL_STACK = (
+    "the sdists (sdists.lock) built by pip wheel --no-deps --no-build-isolation --require-hashes, "
+    "the rest (wheels.lock) by " + INSTALL.replace("requirements.lock", "wheels.lock")
+)
+# What an sdist built with isolation off needs when its [build-system] names nothing: PEP 517's
+# fallback (setuptools' legacy backend, which pip runs through setuptools>=40.8.0), and wheel for
+# the setuptools releases before 70.1 that had no bdist_wheel of their own.
+LEGACY_BUILD_REQUIRES = ("setuptools>=40.8.0", "wheel")
 
 # What uv may read from the environment: its cache, network and TLS settings. Index, constraint and
 # configuration variables would change what gets resolved behind the tool's back.
@@ -71,6 +79,17 @@ class LockTarget(NamedTuple):
     platform: str  # uv --python-platform: "x86_64-manylinux_2_35"
     extra_index: str | None  # the plan's index (PyTorch variant builds), searched before the main one
     constraints: tuple[str, ...]  # "nvidia-cudnn-cu12==8.9.4.25", ...
+    # the plan's stack packages ("deepspeed==0.16.4") and what building its sdists needs (setuptools)
+    more: tuple[str, ...] = ()
+    # the second index a stack row of the catalogue names for its libraries (NVIDIA's), never user input
+    library_index: str | None = None
+    # distributions locked as sdists (their hashes pinned; uv may read their metadata): all else is wheels
+    sdists: tuple[str, ...] = ()
+
+    @property
+    def extra_indexes(self) -> tuple[str, ...]:
+        """The plan's own indexes, in the order they are searched (before the main one)."""
+        return tuple(i for i in (self.extra_index, self.library_index) if i)
 
 
 class Lock(NamedTuple):
@@ -146,10 +165,106 @@ def check_requirement(fw: PlanFramework) -> str:
     return text
 
 
-def lock_target(fw: PlanFramework, *, python: str, platform: str) -> LockTarget:
-    requirement = check_requirement(fw)
-    extra = check_index_url(fw.index_url, "the plan's index_url") if fw.index_url else None
-    return LockTarget(requirement, python, platform, extra, plan_constraints(fw))
+def check_stack_requirement(pkg: PlanStackPackage) -> str:
+    """A stack package's requirement, as one `pip[extra]==install`: no options, URLs or markers."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    try:
+        req = Requirement(pkg.requirement)
+    except InvalidRequirement:
+        req = None
+    if (
+        req is None
+        or req.url
+        or req.marker
+        or canonicalize_name(req.name) != canonicalize_name(pkg.pip)
+        or [(s.operator, s.version) for s in req.specifier] != [("==", pkg.install)]
+        or not re.fullmatch(rf"{_NAME}(\[{_NAME}(,{_NAME})*\])?=={_VERSION}", pkg.requirement)
+    ):
+        raise InputError(
+            f"the plan's stack requirement {pkg.requirement!r} is not `{pkg.pip}[extra]=={pkg.install}`",
+            hint="requirements carry no options, URLs or markers; re-plan with provision plan --with NAME==VERSION",
+        )
+    return pkg.requirement
+
+
+def source_builds(stack: tuple[PlanStackPackage, ...]) -> tuple[str, ...]:
+    """The distributions of the stack that the image builds from their sdists (canonical names):
+    every one the plan marks sdist, except a package's -libs stub where the catalogue names a
+    library index (its build would download the real wheel unhashed: the lock takes that wheel from
+    the library index instead)."""
+    out: list[str] = []
+    for pkg in stack:
+        for name, kind in pkg.distributions:
+            if kind != "sdist" or (pkg.library_index and _canonical(name).endswith("-libs")):
+                continue
+            if _canonical(name) not in out:
+                out.append(_canonical(name))
+    return tuple(out)
+
+
+def stack_library_index(stack: tuple[PlanStackPackage, ...]) -> str | None:
+    """The one library index the plan's stack rows name (the catalogue's), checked; two are refused."""
+    found = sorted({pkg.library_index for pkg in stack if pkg.library_index})
+    if len(found) > 1:
+        raise InputError(
+            f"the plan's stack names {len(found)} library indexes ({', '.join(found)})",
+            hint="a lock takes at most one second index, the catalogue's; re-plan with provision plan",
+        )
+    return check_index_url(found[0], "the plan's library_index") if found else None
+
+
+def lock_target(
+    fw: PlanFramework | None, *, python: str, platform: str, stack: tuple[PlanStackPackage, ...] = ()
+) -> LockTarget:
+    """What to lock for an image: the framework (if any) and the plan's stack packages, with the
+    build requirements of the sdists it builds (their [build-system] requires, or PEP 517's
+    fallback) so the build stage installs them from the same hashed lock."""
+    if fw is None and not stack:
+        raise InputError("nothing to lock: the plan has no framework and no stack", hint="plan with --framework")
+    requirements = [check_requirement(fw)] if fw is not None else []
+    requirements += [check_stack_requirement(pkg) for pkg in stack]
+    extra = check_index_url(fw.index_url, "the plan's index_url") if fw is not None and fw.index_url else None
+    sdists = source_builds(stack)
+    built = [pkg for pkg in stack if any(_canonical(n) in sdists for n, _ in pkg.distributions)]
+    needs: list[str] = []
+    for pkg in built:
+        for requirement in pkg.build_requires or LEGACY_BUILD_REQUIRES:
+            if requirement not in needs and requirement not in requirements:
+                needs.append(_check_build_requirement(requirement))
+    constraints = plan_constraints(fw) if fw is not None else ()
+    return LockTarget(
+        requirements[0],
+        python,
+        platform,
+        extra,
+        constraints,
+        tuple(requirements[1:] + needs),
+        stack_library_index(stack),
+        sdists,
+    )
+
+
+def _check_build_requirement(text: str) -> str:
+    """A build requirement of the catalogue's (`setuptools>=64`, `torch`): a name and specifiers only."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        req = Requirement(text)
+    except InvalidRequirement:
+        req = None
+    if (
+        req is None
+        or req.url
+        or req.marker
+        or not re.fullmatch(rf"{_NAME}(\[{_NAME}(,{_NAME})*\])?[<>=!~.,0-9*a-z]*", text)
+    ):
+        raise InputError(
+            f"the plan's build requirement {text!r} is not NAME[SPECIFIERS]",
+            hint="build requirements come from the catalogue; re-plan with provision plan",
+        )
+    return text
 
 
 # -- reading and checking ---------------------------------------------------------------------
@@ -296,17 +411,34 @@ def _same_release(locked: str, planned: str) -> bool:
     )
 
 
-def check_against_plan(pins: dict[str, str], fw: PlanFramework, origin: str) -> None:
+def check_against_plan(
+    pins: dict[str, str], fw: PlanFramework | None, origin: str, stack: tuple[PlanStackPackage, ...] = ()
+) -> None:
     """Refuse a lock that contradicts the plan: another framework version, another cuDNN, a CUDA
-    runtime outside the plan's, or CUDA wheels for a build that uses the image's CUDA."""
-    from packaging.specifiers import SpecifierSet
-    from packaging.utils import canonicalize_name
-    from packaging.version import Version
-
+    runtime outside the plan's, or CUDA wheels for a build that uses the image's CUDA; a stack
+    package at another version than the plan installs, or one of its distributions missing."""
     hint = "re-render without --lock-file to resolve a lock for this plan" if "lock-file" in origin else None
 
     def refuse(problem: str) -> None:
         raise InputError(f"{origin} contradicts the plan: {problem}", hint=hint or "check the plan's framework build")
+
+    for pkg in stack:
+        name = _canonical(pkg.pip)
+        if name not in pins:
+            refuse(f"it does not install {pkg.pip} (the plan's {pkg.id})")
+        if pins[name] != pkg.install:
+            refuse(f"it installs {pkg.pip}=={pins[name]}, the plan {pkg.pip}=={pkg.install}")
+        for dist, kind in pkg.distributions:
+            if _canonical(dist) not in pins:
+                refuse(f"it does not pin {dist}, a {kind} of the plan's {pkg.id} {pkg.version}")
+    if fw is not None:
+        _check_framework(pins, fw, refuse)
+
+
+def _check_framework(pins: dict[str, str], fw: PlanFramework, refuse) -> None:
+    from packaging.specifiers import SpecifierSet
+    from packaging.utils import canonicalize_name
+    from packaging.version import Version
 
     package = canonicalize_name(fw.package)
     if package not in pins:
@@ -338,7 +470,27 @@ def check_against_plan(pins: dict[str, str], fw: PlanFramework, origin: str) -> 
             refuse(f"it installs {carrier}=={runtime[carrier]}, the plan CUDA runtime {fw.cuda_runtime}")
 
 
-def read_lock_file(path: str, fw: PlanFramework) -> Lock:
+_INDEX_HEADER = re.compile(r"^# (extra index \(searched first\)|library index \(the catalogue's\)): (.*)$")
+
+
+def check_lock_indexes(text: str, target: LockTarget | None, origin: str) -> None:
+    """A lock's header names the indexes beyond the main one it was resolved from; each must be one
+    of the plan's own (its framework build's index, the catalogue's library index), or pip's hashes
+    would have been checked against files of an index the plan never named."""
+    allowed = set(target.extra_indexes) if target is not None else set()
+    for number, line in enumerate(text.split("\n"), 1):
+        m = _INDEX_HEADER.match(line)
+        if m and m[2] not in allowed:
+            raise InputError(
+                f"{origin}: line {number} names a second index that is not the plan's",
+                hint="a lock is resolved from the main index and the plan's own indexes only (its framework "
+                "build's, the catalogue's library index); re-render without --lock-file",
+            )
+
+
+def read_lock_file(
+    path: str, fw: PlanFramework | None, stack: tuple[PlanStackPackage, ...] = (), target: LockTarget | None = None
+) -> Lock:
     """A committed lock, reused byte for byte once it passes both checks (read as untrusted: not
     through a symbolic link, bounded, UTF-8; its content is never shown in an error)."""
     from provision.documents import read_text
@@ -346,7 +498,8 @@ def read_lock_file(path: str, fw: PlanFramework) -> Lock:
     origin = f"--lock-file {path}"
     text = read_text(path, "--lock-file", max_bytes=MAX_LOCK_BYTES)
     pins = parse_lock(text, origin)
-    check_against_plan(pins, fw, origin)
+    check_lock_indexes(text, target, origin)
+    check_against_plan(pins, fw, origin, stack)
     return Lock(text, pins, None)
 
 
@@ -381,18 +534,20 @@ def compile_lock(target: LockTarget, requirement: str, index: PackageIndex) -> s
     env["NO_COLOR"] = "1"
     with tempfile.TemporaryDirectory(prefix="provision-lock-") as tmp:
         with open(os.path.join(tmp, "requirements.in"), "w", encoding="utf-8") as handle:
-            handle.write(requirement + "\n")
+            handle.write("".join(r + "\n" for r in (requirement, *target.more)))
         with open(os.path.join(tmp, "constraints.txt"), "w", encoding="utf-8") as handle:
             handle.write("".join(c + "\n" for c in target.constraints))
         argv = [
             _uv(), "pip", "compile", "requirements.in", "--constraints", "constraints.txt",
-            "--generate-hashes", "--no-build", "--no-config", "--no-header", "--quiet", "--color", "never",
+            "--generate-hashes", "--no-config", "--no-header", "--quiet", "--color", "never",
             "--no-python-downloads", "--python", sys.executable,
             "--python-version", target.python, "--python-platform", target.platform,
             "--index-url", index.url,
         ]  # fmt: skip
-        if target.extra_index:
-            argv += ["--extra-index-url", target.extra_index]
+        # wheels only, but for the planned sdists (their hashes are locked; uv reads their metadata)
+        argv += ["--only-binary", ":all:"] + [a for name in target.sdists for a in ("--no-binary", name)]
+        for extra in target.extra_indexes:
+            argv += ["--extra-index-url", extra]
         try:
             proc = subprocess.run(
                 argv, cwd=tmp, env=env, capture_output=True, text=True, timeout=index.timeout_s, check=False
@@ -410,7 +565,7 @@ def compile_lock(target: LockTarget, requirement: str, index: PackageIndex) -> s
     if re.search(r"(?i)failed to fetch|error sending request|dns error|connect|timed out|certificate", err):
         raise ToolingError(
             f"the package index did not answer while resolving {requirement}: {_last(err)}",
-            hint=f"check the network and {' and '.join(filter(None, (target.extra_index, index.url)))}, "
+            hint=f"check the network and {' and '.join((*target.extra_indexes, index.url))}, "
             "or pass --index-url MIRROR, or --lock-file a committed lock",
         )
     raise OperationFailed(
@@ -446,7 +601,9 @@ def _post_releases(requirement: str) -> str | None:
     return f"{name}>={version}.post0,<{upper}"
 
 
-def resolve_lock(target: LockTarget, index: PackageIndex, fw: PlanFramework) -> Lock:
+def resolve_lock(
+    target: LockTarget, index: PackageIndex, fw: PlanFramework | None, stack: tuple[PlanStackPackage, ...] = ()
+) -> Lock:
     """Resolve and check. A pin that cannot be installed is retried once as its post-releases
     (tensorflow[and-cuda]==2.15.0 -> 2.15.0.post1, which dropped the unpublished tensorrt pin) and taken
     only when that lock also passes the plan check; otherwise refused with uv's reason."""
@@ -466,15 +623,16 @@ def resolve_lock(target: LockTarget, index: PackageIndex, fw: PlanFramework) -> 
                 hint="plan another release of the framework (provision plan ... --framework NAME==VERSION)"
                 + ("; none of its post-releases resolves either" if post else ""),
             ) from None
-        chosen = parse_lock(body, "the resolved lock").get(_canonical(fw.package))
+        main = fw.package if fw is not None else stack[0].pip
+        chosen = parse_lock(body, "the resolved lock").get(_canonical(main))
         note = (
             f"{target.requirement} cannot be installed ({first.reason}); locked its post-release "
-            f"{fw.package}=={chosen}, whose CUDA and cuDNN wheels are the plan's"
+            f"{main}=={chosen}, whose CUDA and cuDNN wheels are the plan's"
         )
     header = _header(target, index, note)
     text = header + body
     pins = parse_lock(text, "the resolved lock")
-    check_against_plan(pins, fw, "the resolved lock")
+    check_against_plan(pins, fw, "the resolved lock", stack)
     return Lock(text, pins, note)
 
 
@@ -486,30 +644,54 @@ def _canonical(name: str) -> str:
 
 def _header(target: LockTarget, index: PackageIndex, note: str | None) -> str:
     lines = [
-        f"# {LOCK_NAME} for {target.requirement}: every package pinned with its hashes.",
+        f"# {LOCK_NAME} for {' '.join((target.requirement, *target.more))}: every package pinned with its hashes.",
         f"# Resolved by {uv_version()} for Python {target.python} on {target.platform}.",
         f"# index: {index.url}",
     ]
     if target.extra_index:
         lines.append(f"# extra index (searched first): {target.extra_index}")
+    if target.library_index:
+        lines.append(f"# library index (the catalogue's): {target.library_index}")
+    if target.sdists:
+        lines.append(f"# sdists (hashes of the source archives, built in the image): {' '.join(target.sdists)}")
     if target.constraints:
         lines.append(f"# constraints (the plan's CUDA wheels): {' '.join(target.constraints)}")
     if note:
         lines.append(f"# note: {note}")
-    lines.append(f"# install: {INSTALL}")
+    lines.append(f"# install: {INSTALL_STACK if target.sdists else INSTALL}")
     return "\n".join(lines) + "\n"
 
 
 def image_lock(
-    fw: PlanFramework,
+    fw: PlanFramework | None,
     *,
     python: str,
     platform: str,
     lock_file: str | None = None,
     index: PackageIndex | None = None,
+    stack: tuple[PlanStackPackage, ...] = (),
 ) -> Lock:
-    """The lock for a framework image: the committed one (checked), or a fresh resolution."""
-    check_requirement(fw)
+    """The lock for a framework or stack image: the committed one (checked), or a fresh resolution."""
+    target = lock_target(fw, python=python, platform=platform, stack=stack)
     if lock_file is not None:
-        return read_lock_file(lock_file, fw)
-    return resolve_lock(lock_target(fw, python=python, platform=platform), index or PackageIndex.default(), fw)
+        return read_lock_file(lock_file, fw, stack, target)
+    return resolve_lock(target, index or PackageIndex.default(), fw, stack)
+
+
+def split_lock(text: str, sdists: tuple[str, ...]) -> tuple[str, str]:
+    """A checked lock as two files pip reads the same way: the wheels (installed with
+    --only-binary=:all:) and the sdists (built with pip wheel). Each is pip's logical lines of the
+    lock (continuations joined, comments dropped), one requirement with its hashes per line."""
+    wheels: list[str] = []
+    sources: list[str] = []
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    for _, line in _pip_lines(lines):
+        requirement, options = _break_args_options(line)
+        m = _PIN.fullmatch(requirement.strip())
+        if m is None:  # parse_lock refuses such a lock before it gets here
+            raise InputError("the lock holds a line that is not a pin", hint="check it with provision render")
+        entry = " ".join([requirement.strip(), *(t for t in options.split(" ") if t)])
+        (sources if _canonical(m["name"]) in sdists else wheels).append(entry)
+    return "".join(w + "\n" for w in wheels), "".join(s + "\n" for s in sources)

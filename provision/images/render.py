@@ -11,12 +11,23 @@ from typing import Any, NamedTuple
 
 from provision import __version__
 from provision.errors import InputError
-from provision.images.pylock import ARCHES, LOCK_NAME, PackageIndex, image_lock, uv_platform
+from provision.images.pylock import (
+    ARCHES,
+    LOCK_NAME,
+    PackageIndex,
+    image_lock,
+    source_builds,
+    split_lock,
+    stack_library_index,
+    uv_platform,
+)
 from provision.matrix.model import base_flavour
-from provision.plan.model import Plan, check_image_ref, nvidia_require_cuda
+from provision.plan.model import Plan, PlanStackPackage, check_image_ref, nvidia_require_cuda
 from provision.resources import images_dir
 
 USER, UID = "app", 10001
+SMOKE_DIR = "/opt/provision"  # the smoke test's place in an image: smoke.py and smoke.json
+DEVEL_FLAVOURS = ("devel", "cudnn-devel")
 
 
 class RenderedImage(NamedTuple):
@@ -84,20 +95,6 @@ def _variant(variant: str, templates: str | None) -> dict[str, Any]:
     return known[variant]
 
 
-def _python(image_os: dict[str, Any], requires: str | None, os_name: str) -> dict[str, Any]:
-    options = image_os["python"]
-    if not requires:
-        return options[0]
-    for option in options:
-        if _satisfies(option["version"], requires):
-            return option
-    offered = ", ".join(o["version"] for o in options)
-    raise InputError(
-        f"no Python on {os_name} images satisfies the framework's Requires-Python {requires} (offered: {offered})",
-        hint="plan an older framework release, or another OS",
-    )
-
-
 def _satisfies(version: str, spec: str) -> bool:
     from provision.versions import DottedVersion, VersionSpec
 
@@ -131,18 +128,67 @@ def image_tags(plan: Plan, variant: str, files: dict[str, str], platform: str | 
     return (f"{fw}-cuda{plan.cuda.version}-{plan.image_os}{arch}", f"content-{content}-{variant}{arch}")
 
 
+def variant_stack(spec: dict[str, Any], plan: Plan) -> tuple[PlanStackPackage, ...]:
+    """The stack packages a variant installs: all of the plan's, in a variant whose framework is
+    the plan's framework (pytorch with --with deepspeed) or the plan's stack framework
+    (``framework: onnxruntime`` for --framework onnxruntime); none in base and devel."""
+    needs = spec.get("framework")
+    if not needs or not plan.stack:
+        return ()
+    if plan.framework is not None and plan.framework.name == needs:
+        return plan.stack
+    if any(p.role == "framework" and p.id == needs for p in plan.stack):
+        return plan.stack
+    return ()
+
+
+def plan_base_flavour(plan: Plan) -> str | None:
+    """The flavour of the plan's base image (the resolver's choice), or None when it is none of its images."""
+    return next((f for f, ref in sorted(plan.images.items()) if ref == plan.base_image), None)
+
+
 def start_flavour(spec: dict[str, Any], plan: Plan) -> str:
     """The nvidia/cuda flavour a variant (images/variants.yaml ``spec``) starts FROM for ``plan``:
     the variant's own, but a framework variant whose build takes CUDA and cuDNN from the image
     starts where the resolver's base image does (provision.matrix.model.base_flavour: the build's
-    ``libraries``, not its name), and devel takes cudnn-devel when the plan has a cuDNN.
+    ``libraries``, not its name), a variant that installs stack packages starts from the plan's
+    base image (the resolver chose it for the stack: devel where DeepSpeed compiles its ops with
+    nvcc at run time), and devel takes cudnn-devel when the plan has a cuDNN.
     render_image and pin-base's base_tag both ask this."""
     flavour = spec["flavour"]
     if spec.get("framework") and plan.framework is not None and plan.framework.libraries != "wheels":
         flavour = base_flavour(plan.framework.libraries)
+    if variant_stack(spec, plan):
+        flavour = plan_base_flavour(plan) or flavour
+        check_nvcc(plan)
+        return flavour
     if flavour == "devel" and plan.cudnn is not None and "cudnn-devel" in plan.images:
         flavour = "cudnn-devel"
     return flavour
+
+
+def check_nvcc(plan: Plan) -> None:
+    """A stack package that compiles with nvcc at run time (DeepSpeed's JIT ops) needs the plan's
+    base to be a devel image whose CUDA is the framework build's (op_builder refuses an nvcc of
+    another CUDA than torch.version.cuda): the plan says so, and a plan that does not is refused."""
+    needing = [p.id for p in plan.stack if p.needs_nvcc]
+    if not needing:
+        return
+    flavour = plan_base_flavour(plan)
+    if flavour not in DEVEL_FLAVOURS:
+        raise InputError(
+            f"{', '.join(needing)} compiles its ops with nvcc at run time, and the plan's base image "
+            f"{plan.base_image} is not a devel image",
+            hint="re-plan with this provision (the resolver gives such a stack a devel base): "
+            f"provision plan --os {plan.os.id} --gpu {plan.gpu.id} ... --lock FILE",
+        )
+    fw = plan.framework
+    if fw is not None and ".".join(plan.cuda.version.split(".")[:2]) != ".".join(fw.cuda.split(".")[:2]):
+        raise InputError(
+            f"{', '.join(needing)} needs nvcc of the framework build's CUDA {fw.cuda}; the plan's devel "
+            f"image has CUDA {plan.cuda.version}",
+            hint=f"re-plan with --cuda {fw.cuda}",
+        )
 
 
 def require_image_part(plan: Plan, command: str) -> Plan:
@@ -210,17 +256,15 @@ def render_image(
         check_image_ref(base_image, "--base-image")
     spec = _variant(variant, templates)
     needs = spec.get("framework")
-    if needs and (plan.framework is None or plan.framework.name != needs):
-        have = f"a {plan.framework.name} plan" if plan.framework else "a plan without a framework"
+    stack = variant_stack(spec, plan)
+    if needs and not stack and (plan.framework is None or plan.framework.name != needs):
+        have = f"a {plan.framework.name} plan" if plan.framework else _stack_plan(plan)
         raise InputError(
             f"variant {variant!r} needs a plan with --framework {needs}==VERSION, got {have}",
             hint=f"provision plan ... --framework {needs}==VERSION --lock plan.lock.json",
         )
-    os_facts = _yaml(os.path.join(images_dir(), "os.yaml"))["image_os"]
     image_os_name = plan.image_os
-    if image_os_name not in os_facts:
-        raise InputError(f"no image facts for {image_os_name!r} in images/os.yaml", hint="add the OS there")
-    image_os = os_facts[image_os_name]
+    image_os = _image_os(image_os_name)
     flavour = start_flavour(spec, plan)
     if flavour not in plan.images:
         raise InputError(
@@ -233,35 +277,29 @@ def render_image(
             f"--base-image {from_ref!r} is not an image reference", hint="e.g. registry.local/nvidia/cuda@sha256:…"
         )
     fw = plan.framework if needs or variant == "devel" else None
-    labels = {
-        "org.opencontainers.image.title": f"provision-{variant}",
-        "org.opencontainers.image.description": spec["description"],
-        "org.opencontainers.image.version": fw.version if fw else plan.cuda.version,
-        "org.opencontainers.image.base.name": from_ref,
-        "io.provision.variant": variant,
-        "io.provision.image-os": plan.image_os,
-        "io.provision.sm": supported_sms(plan, fw is not None and bool(needs)),
-        "io.provision.driver-floor": plan.driver_floor,
-        "io.provision.cuda": plan.cuda.version,
-        "io.provision.cudnn": plan.cudnn.version if plan.cudnn else "none",
-        "io.provision.framework": fw.requirement if fw else "none",
-        # an arm64 build of the same context is another image (amd64 contexts are as before)
-        **({"io.provision.platform": platform} if platform != "linux/amd64" else {}),
-    }
-    python = _python(image_os, fw.requires_python if fw else None, image_os_name)
-    if lock_file is not None and fw is None:
+    labels = _labels(plan, variant, spec, from_ref, fw=fw, stack=stack, platform=platform, needs=bool(needs))
+    python = _pythons(image_os, fw.requires_python if fw else None, image_os_name, stack)
+    if lock_file is not None and fw is None and not stack:
         raise InputError(
             f"--lock-file: the {variant} image of this plan installs no Python packages",
             hint="a lock is for framework images (plan with --framework NAME==VERSION)",
         )
     lock = None
-    if fw is not None:  # resolved first: the labels say what the lock installs (2.15.0 -> 2.15.0.post1)
+    if fw is not None or stack:  # resolved first: the labels say what the lock installs (2.15.0 -> 2.15.0.post1)
         target = uv_platform(image_os["glibc"], platform)
-        lock = image_lock(fw, python=python["version"], platform=target, lock_file=lock_file, index=index)
-        installed = lock.pins.get(_canonical(fw.package))
+        lock = image_lock(fw, python=python["version"], platform=target, lock_file=lock_file, index=index, stack=stack)
+        installed = lock.pins.get(_canonical(fw.package)) if fw is not None else None
         if installed and installed != fw.version:
             labels["org.opencontainers.image.version"] = installed
             labels["io.provision.framework"] = fw.requirement.replace(f"=={fw.version}", f"=={installed}")
+    sdists = source_builds(stack)
+    smoke = lock is not None and bool(needs)  # framework and stack images carry the smoke test
+    indexes = [i for i in (fw.index_url if fw else None, stack_library_index(stack)) if i]
+    torch = (fw is not None and fw.name == "pytorch") or any(p.id == "torch-tensorrt" for p in stack)
+    toolchain = [*image_os["compiler"], *python["devel"]]
+    build = _build_stage(
+        plan, sdists, base_image=base_image, from_ref=from_ref, flavour=flavour, python=python, toolchain=toolchain
+    )
     image = {
         "description": spec["description"],
         "from_ref": from_ref,
@@ -269,10 +307,15 @@ def render_image(
         "user": USER,
         "uid": UID,
         "python": python,
-        "extra_index_url": fw.index_url if fw else None,
+        "extra_index_url": indexes[0] if indexes else None,
+        "extra_index_urls": indexes,
         "labels": labels,
         "nvidia_require_cuda": nvidia_require_cuda(plan),
         "provision_version": __version__,
+        # a C and C++ compiler and the Python headers: torch.compile (Inductor, Triton) compiles at run time
+        "toolchain": toolchain if torch else [],
+        "sdist_build": build,
+        "smoke_dir": SMOKE_DIR if smoke else None,
     }
     env = make_env(templates)
     from jinja2 import TemplateError
@@ -284,12 +327,131 @@ def render_image(
             f"template {spec['template']} failed to render: {exc}",
             hint="check your --templates; every variable must exist (StrictUndefined)",
         ) from None
-    files = {"Dockerfile": dockerfile}
-    if lock is not None:
-        files[LOCK_NAME] = lock.text
+    files = {"Dockerfile": dockerfile, **_lock_files(plan, lock, sdists, fw=fw, stack=stack, smoke=smoke)}
     return RenderedImage(
         variant, dockerfile, files, from_ref, image_tags(plan, variant, files, platform), labels, platform
     )
+
+
+WHEELS_LOCK, SDISTS_LOCK = "wheels.lock", "sdists.lock"  # requirements.lock split for a build stage
+HASH_WHEELS = "hash_wheels.py"  # the build stage's record of the wheels it built (their sha256)
+SMOKE, SMOKE_PROMISES = "smoke.py", "smoke.json"
+
+
+def _lock_files(plan: Plan, lock, sdists, *, fw, stack, smoke: bool) -> dict[str, str]:
+    """The context's files besides the Dockerfile: the lock (split for a build stage where the image
+    builds sdists, with the script that records the built wheels' hashes), the smoke test and its promises."""
+    files: dict[str, str] = {}
+    if lock is None:
+        return files
+    files[LOCK_NAME] = lock.text
+    if sdists:
+        files[WHEELS_LOCK], files[SDISTS_LOCK] = split_lock(lock.text, sdists)
+        files[HASH_WHEELS] = _image_file("files", HASH_WHEELS)
+    if smoke:
+        files[SMOKE] = _image_file("smoke", SMOKE)
+        files[SMOKE_PROMISES] = smoke_promises(plan, fw, stack, lock.pins)
+    return files
+
+
+def _image_file(folder: str, name: str) -> str:
+    """A static file of ours (images/files/, images/smoke/), copied verbatim into build contexts."""
+    from provision.documents import read_text
+
+    return read_text(os.path.join(images_dir(), folder, name), "image file")
+
+
+def _labels(plan: Plan, variant: str, spec, from_ref: str, *, fw, stack, platform: str, needs: bool) -> dict[str, str]:
+    head = next((p for p in stack if p.role == "framework"), None)  # --framework onnxruntime|tensorrt
+    return {
+        "org.opencontainers.image.title": f"provision-{variant}",
+        "org.opencontainers.image.description": spec["description"],
+        "org.opencontainers.image.version": fw.version if fw else head.install if head else plan.cuda.version,
+        "org.opencontainers.image.base.name": from_ref,
+        "io.provision.variant": variant,
+        "io.provision.image-os": plan.image_os,
+        "io.provision.sm": supported_sms(plan, fw is not None and needs),
+        "io.provision.driver-floor": plan.driver_floor,
+        "io.provision.cuda": plan.cuda.version,
+        "io.provision.cudnn": plan.cudnn.version if plan.cudnn else "none",
+        "io.provision.framework": fw.requirement if fw else head.requirement if head else "none",
+        **({"io.provision.stack": " ".join(p.requirement for p in stack)} if stack else {}),
+        # an arm64 build of the same context is another image (amd64 contexts are as before)
+        **({"io.provision.platform": platform} if platform != "linux/amd64" else {}),
+    }
+
+
+def _build_stage(plan: Plan, sdists, *, base_image, from_ref, flavour, python, toolchain) -> dict[str, Any] | None:
+    """The build stage of an image with sdists: FROM the plan's devel image (the image's own base
+    when that is devel already; --base-image replaces both), with the compilers and Python headers."""
+    if not sdists:
+        return None
+    build_ref = base_image or (from_ref if flavour in DEVEL_FLAVOURS else plan.images.get("devel"))
+    if build_ref is None:
+        raise InputError(
+            f"the plan has no nvidia/cuda devel image for {plan.image_os} to build {', '.join(sdists)} in",
+            hint=f"published: {', '.join(sorted(plan.images))}",
+        )
+    return {"from_ref": build_ref, "sdists": list(sdists), "packages": [*python["packages"], *toolchain]}
+
+
+def _image_os(name: str) -> dict[str, Any]:
+    os_facts = _yaml(os.path.join(images_dir(), "os.yaml"))["image_os"]
+    if name not in os_facts:
+        raise InputError(f"no image facts for {name!r} in images/os.yaml", hint="add the OS there")
+    return os_facts[name]
+
+
+def _stack_plan(plan: Plan) -> str:
+    head = next((p for p in plan.stack if p.role == "framework"), None)
+    return f"a {head.id} plan" if head else "a plan without a framework"
+
+
+def _pythons(image_os: dict[str, Any], requires: str | None, os_name: str, stack=()) -> dict[str, Any]:
+    """The OS's first interpreter that satisfies the framework wheel's Requires-Python and every
+    stack package's declared range (PlanStackPackage.requires_python, where the build declares one)."""
+    ranges = [(requires, "the framework's")] if requires else []
+    ranges += [(r, f"{p.id} {p.version}'s") for p in stack if (r := getattr(p, "requires_python", None))]
+    if not ranges:
+        return image_os["python"][0]
+    for option in image_os["python"]:
+        if all(_satisfies(option["version"], r) for r, _ in ranges):
+            return option
+    offered = ", ".join(o["version"] for o in image_os["python"])
+    wants = "; ".join(f"{who} Requires-Python {r}" for r, who in ranges)
+    raise InputError(
+        f"no Python on {os_name} images satisfies {wants} (offered: {offered})",
+        hint="plan an older release of the framework or package, or another OS",
+    )
+
+
+def smoke_promises(plan: Plan, fw, stack: tuple[PlanStackPackage, ...], pins: dict[str, str]) -> str:
+    """smoke.json: what the plan promises, as data for the smoke test (images/smoke/smoke.py):
+    each planned package's import, distribution and locked version, the cuDNN major torch must
+    load, the ONNX Runtime providers (TensorRT's where TensorRT is planned), DeepSpeed's ops."""
+    import json
+
+    table = _yaml(os.path.join(images_dir(), "smoke", "packages.yaml"))["packages"]
+    planned = ([(fw.name, fw.package)] if fw is not None else []) + [(p.id, p.pip) for p in stack]
+    packages = []
+    for ident, dist in planned:
+        row = table.get(ident)
+        if row is None:
+            raise InputError(f"images/smoke/packages.yaml has no row for {ident!r}", hint="add its import name there")
+        version = pins.get(_canonical(dist))
+        packages.append({"id": ident, "distribution": dist, "module": row["module"], "version": version})
+    ids = {ident for ident, _ in planned}
+    doc: dict[str, Any] = {"schema": 1, "packages": packages}
+    if "pytorch" in ids:
+        doc["torch"] = {"cudnn_major": int(plan.cudnn.version.split(".")[0]) if plan.cudnn else None}
+    if "tensorflow" in ids:
+        doc["tensorflow"] = {"gpu": True}
+    if "onnxruntime" in ids:
+        providers = ["CUDAExecutionProvider"] + (["TensorrtExecutionProvider"] if "tensorrt" in ids else [])
+        doc["onnxruntime"] = {"providers": providers}
+    if "deepspeed" in ids:
+        doc["deepspeed"] = {"ops": list(table["deepspeed"]["ops"])}
+    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 
 
 def _canonical(name: str) -> str:

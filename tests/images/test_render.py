@@ -238,7 +238,13 @@ def test_render_cli_and_its_errors(cli, on_fixture_catalogue, tmp_path):
     r = cli("render", "--os", "rocky9", "--gpu", A100, "--framework", "pytorch==2.5.1", "--out", str(out))
     assert r.code == 0
     assert r.out.strip() == str(out)
-    assert sorted(p.name for p in out.iterdir()) == ["Dockerfile", "plan.lock.json", "requirements.lock"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "Dockerfile",
+        "plan.lock.json",
+        "requirements.lock",
+        "smoke.json",
+        "smoke.py",
+    ]
     lock = out / "plan.lock.json"
     r = cli("render", "--plan", str(lock), "--variant", "base", "--out", str(tmp_path / "again"))
     assert r.code == 0

@@ -160,3 +160,41 @@ def serve(root: Path) -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
+
+
+def make_sdist(folder: Path, name: str, version: str, requires=(), *, build_requires=("setuptools>=61",)) -> Path:
+    """A source archive whose metadata is static (PKG-INFO 2.2, a PEP 621 [project] table with nothing
+    dynamic), so a resolver reads it without building; fixed timestamps, so its hash is stable."""
+    import io
+    import tarfile
+
+    dist = re.sub(r"[-_.]+", "_", name)
+    root = f"{dist}-{version}"
+    deps = ", ".join(f'"{r}"' for r in requires)
+    needs = ", ".join(f'"{r}"' for r in build_requires)
+    files = {
+        "PKG-INFO": "\n".join(
+            [
+                "Metadata-Version: 2.2",
+                f"Name: {name}",
+                f"Version: {version}",
+                *(f"Requires-Dist: {r}" for r in requires),
+            ]
+        )
+        + "\n",
+        "pyproject.toml": f'[build-system]\nrequires = [{needs}]\nbuild-backend = "setuptools.build_meta"\n\n'
+        f'[project]\nname = "{name}"\nversion = "{version}"\ndependencies = [{deps}]\n',
+        f"{dist.lower()}_stub/__init__.py": "",
+    }
+    path = folder / f"{dist}-{version}.tar.gz"
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        for member, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"{root}/{member}")
+            info.size, info.mtime, info.mode = len(data), 1704067200, 0o644
+            archive.addfile(info, io.BytesIO(data))
+    import gzip
+
+    path.write_bytes(gzip.compress(raw.getvalue(), mtime=0))
+    return path
