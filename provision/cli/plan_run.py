@@ -36,6 +36,7 @@ _VALUES = {
     "--compat-dir": "compat_dir",
 }
 _FLAGS = {"--explain": "explain", "--host-only": "host_only"}
+_REPEATED = {"--with": "with_"}  # repeatable: each value is added, in order
 _CHOICES = {"policy": ("lts", "latest"), "fmt": ("table", "markdown", "json", "yaml", "ansible")}
 _DEFAULTS = {
     "gpu": None,
@@ -44,7 +45,7 @@ _DEFAULTS = {
     "cuda": None,
     "cudnn": None,
     "framework": None,
-    "with_": (),  # --with is repeatable: an argument list with it goes through click
+    "with_": (),
     "policy": "lts",
     "mig": None,
     "image_os": None,
@@ -76,7 +77,11 @@ def fast_plan_args(args: list[str]) -> dict[str, object] | None:
     while i < len(args):
         flag = _FLAGS.get(args[i])
         key = _VALUES.get(args[i])
-        if flag is not None and flag not in kwargs:
+        repeated = _REPEATED.get(args[i])
+        if repeated is not None and _is_value(args, i + 1):
+            kwargs[repeated] = (*kwargs.get(repeated, ()), args[i + 1])
+            i += 2
+        elif flag is not None and flag not in kwargs:
             kwargs[flag] = True
             i += 1
         elif key is not None and key not in kwargs and _is_value(args, i + 1):

@@ -891,20 +891,49 @@ _IMAGE_OS: dict[str, dict | None] = {}
 
 def image_os_facts(img_os: str) -> dict | None:
     """The image OS's facts for a stack: its Pythons (versions, default first) and glibc
-    (images/os.yaml, the file `render` picks the image's Python from); None: not listed there."""
+    (images/os.yaml, the file `render` picks the image's Python from); None: not listed there.
+    Kept as JSON in the validated-data cache under the file's hash (a stack plan does not import
+    a YAML parser for it)."""
     if img_os not in _IMAGE_OS:
-        import os
-
-        import yaml
-
-        from provision.resources import images_dir
-
-        with open(os.path.join(images_dir(), "os.yaml"), encoding="utf-8") as fh:
-            facts = yaml.safe_load(fh)["image_os"]
-        for name, row in facts.items():
-            _IMAGE_OS[name] = {"glibc": row.get("glibc"), "python": [str(p["version"]) for p in row.get("python", ())]}
+        _IMAGE_OS.update(_read_image_oses())
         _IMAGE_OS.setdefault(img_os, None)
     return _IMAGE_OS[img_os]
+
+
+def _read_image_oses() -> dict[str, dict]:
+    import hashlib
+    import json
+    import os
+
+    from provision.matrix.cache import cache_dir
+    from provision.resources import images_dir
+
+    with open(os.path.join(images_dir(), "os.yaml"), "rb") as fh:
+        data = fh.read()
+    kept = os.path.join(cache_dir(), f"image-os-{hashlib.sha256(data).hexdigest()[:32]}.json")
+    use_cache = not os.environ.get("PROVISION_NO_CACHE")
+    if use_cache:
+        try:
+            with open(kept, encoding="utf-8") as fh:
+                return json.load(fh)
+        except (OSError, ValueError):
+            pass
+    import yaml
+
+    facts = {
+        str(name): {"glibc": row.get("glibc"), "python": [str(p["version"]) for p in row.get("python", ())]}
+        for name, row in yaml.safe_load(data)["image_os"].items()
+    }
+    if use_cache:
+        try:
+            os.makedirs(os.path.dirname(kept), exist_ok=True)
+            partial = f"{kept}.{os.getpid()}.partial"
+            with open(partial, "w", encoding="utf-8") as fh:
+                json.dump(facts, fh)
+            os.replace(partial, kept)
+        except OSError:
+            pass  # a cache that cannot be written is only slower
+    return facts
 
 
 def image_flavour(matrix: m.Matrix, build: m.FrameworkBuild | None, stack: tuple) -> str:

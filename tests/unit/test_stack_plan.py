@@ -330,3 +330,61 @@ def test_the_lock_check_runs_the_rules_on_a_catalogued_row_that_does_not_fit(rea
     )
     with pytest.raises(InputError, match=r"supports SM 7\.5 and newer"):
         check_against_catalogue(plan._replace(stack=(part,)), real_matrix)
+
+
+# -- --with on `provision plan`'s fast path (provision/cli/plan_run.py) ----------------------------
+CLICK_ONLY = (
+    "import sys\n"
+    "from provision.cli import main, plan_run\n"
+    "plan_run.fast_plan_args = lambda args: None\n"
+    "sys.exit(main(sys.argv[1:]))\n"
+)
+WITH_ARGS = [
+    (["--framework", "pytorch==2.5.1", "--with", "onnxruntime", "--with", "deepspeed"], True),
+    (["--framework", "pytorch==2.5.1", "--with", "onnxruntime==1.18.1"], True),
+    (["--framework", "pytorch", "--with", "nosuch", "--format", "json"], True),
+    (["--with", "deepspeed"], True),
+    (["--framework", "pytorch", "--with", "-x"], False),
+    (["--framework", "pytorch", "--with"], False),
+]
+
+
+@pytest.mark.parametrize(("extra", "fast"), WITH_ARGS, ids=lambda x: " ".join(x) if isinstance(x, list) else str(x))
+def test_with_on_the_fast_path_is_click_byte_for_byte(extra, fast):
+    import subprocess
+    import sys
+
+    from support import COMPAT
+
+    from provision.cli.plan_run import fast_plan_args
+
+    argv = ["plan", "--os", "ubuntu22.04", "--gpu", "l4", "--compat-dir", str(COMPAT), *extra]
+    assert (fast_plan_args(argv) is not None) == fast
+    if fast:
+        assert fast_plan_args(argv)["with_"] == tuple(extra[i + 1] for i, a in enumerate(extra) if a == "--with")
+    runs = [
+        subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+        for cmd in ([sys.executable, "-m", "provision", *argv], [sys.executable, "-c", CLICK_ONLY, *argv])
+    ]
+    fast_run, click_run = ((r.returncode, r.stdout, r.stderr) for r in runs)
+    assert fast_run == click_run
+    assert "Traceback" not in runs[0].stderr
+
+
+def test_a_stack_plan_imports_no_click_or_yaml():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, json\n"
+        "from provision.cli import main\n"
+        "rc = main(['plan', '--os', 'ubuntu22.04', '--gpu', 'l4', '--framework', 'pytorch', '--with', 'deepspeed'])\n"
+        "print(json.dumps([rc, sorted(sys.modules)]), file=sys.stderr)\n"
+    )
+    for _ in range(2):  # the first run fills the validated-data cache (and the image OS facts)
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    rc, loaded = json.loads(proc.stderr.strip().splitlines()[-1])
+    assert rc == 0
+    assert "deepspeed==" in proc.stdout
+    for heavy in ("click", "yaml", "jsonschema"):
+        assert heavy not in loaded, f"a stack plan imported {heavy}"
