@@ -72,6 +72,9 @@ def plan_source(f):
         click.option("--cuda", metavar="X.Y[.Z]", help="Plan pin: CUDA."),
         click.option("--cudnn", metavar="VERSION", help="Plan pin: cuDNN."),
         click.option("--framework", metavar="NAME[==VERSION]", help="Plan pin: framework."),
+        click.option(
+            "--with", "with_", metavar="NAME[==VERSION]", multiple=True, help="Plan pin: a stack package (repeatable)."
+        ),
         click.option("--policy", type=click.Choice(["lts", "latest"]), default="lts", show_default=True),
     ]
 
@@ -86,15 +89,18 @@ def plan_source(f):
 
 
 # the keyword arguments plan_source's options give, handed on together as `plan_args`
-PLAN_KEYS = ("plan_file", "os_id", "gpu", "driver", "cuda", "cudnn", "framework", "policy")
+PLAN_KEYS = ("plan_file", "os_id", "gpu", "driver", "cuda", "cudnn", "framework", "with_", "policy")
 
 
-def load_plan(ctx, *, plan_file, os_id, gpu, driver, cuda, cudnn, framework, policy):
+def load_plan(ctx, *, plan_file, os_id, gpu, driver, cuda, cudnn, framework, policy, with_=()):
     from provision.plan.model import PlanRequest, read_plan
 
     if plan_file:
-        if os_id or gpu:
-            raise InputError("give either --plan or --os/--gpu, not both", hint="a lock file already fixes OS and GPU")
+        if os_id or gpu or with_:
+            raise InputError(
+                f"give either --plan or --os/--gpu{'/--with' if with_ else ''}, not both",
+                hint="a lock file already fixes OS and GPU",
+            )
         from provision.plan.lockcheck import check_against_catalogue
 
         plan = read_plan(plan_file)
@@ -107,7 +113,9 @@ def load_plan(ctx, *, plan_file, os_id, gpu, driver, cuda, cudnn, framework, pol
             hint="provision plan --os rocky9 --gpu a100-pcie --lock plan.lock.json",
         )
     # held to the plan schema like a lock file, before any command hands it to a template or a host
-    return resolve_or_refuse(load_matrix(ctx), PlanRequest(os_id, gpu, driver, cuda, cudnn, framework, policy)).check()
+    return resolve_or_refuse(
+        load_matrix(ctx), PlanRequest(os_id, gpu, driver, cuda, cudnn, framework, policy, with_=tuple(with_))
+    ).check()
 
 
 def resolve_or_refuse(matrix, request, *, explain: bool = False):

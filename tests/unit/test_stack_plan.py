@@ -388,3 +388,22 @@ def test_a_stack_plan_imports_no_click_or_yaml():
     assert "deepspeed==" in proc.stdout
     for heavy in ("click", "yaml", "jsonschema"):
         assert heavy not in loaded, f"a stack plan imported {heavy}"
+
+
+def test_commands_that_plan_on_the_fly_take_with(tmp_path):
+    """render/build/pin-base/verify plan on the fly through plan_source: --with reaches the request;
+    with --plan it is refused (the lock already fixes the stack)."""
+    import click
+
+    from provision.cli.common import PLAN_KEYS, load_plan
+
+    assert "with_" in PLAN_KEYS
+    ctx = click.Context(click.Command("render"), obj={})
+    args = dict.fromkeys(PLAN_KEYS)
+    args.update(os_id="ubuntu22.04", gpu="h100-sxm", framework="pytorch==2.5.1", policy="lts", with_=("deepspeed",))
+    plan = load_plan(ctx, **args)
+    assert plan.request.with_ == ("deepspeed",)
+    assert plan.base_image == plan.images["devel"]
+    args.update(os_id=None, gpu=None, plan_file=str(tmp_path / "plan.json"))
+    with pytest.raises(InputError, match="--with, not both"):
+        load_plan(ctx, **args)
