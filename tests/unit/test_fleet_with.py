@@ -6,6 +6,8 @@ before any plan is resolved, and passed into PlanRequest(with_=...). Every comma
 fleet file (inventory check, apply, check, verify) refuses a bad entry alike, in one line, exit 2.
 The real catalogue."""
 
+import json
+
 import pytest
 import yaml
 from support import COMPAT
@@ -68,6 +70,44 @@ def test_the_groups_plans_carry_their_with(tmp_path, real_matrix):
     assert groups == ["train", "serve"]
     assert plans["train"].request.with_ == ("deepspeed", "onnxruntime")
     assert plans["serve"].request.with_ == ()
+
+
+def test_a_deepspeed_group_gets_the_stack_on_a_devel_base_of_torchs_cuda(tmp_path, real_matrix):
+    groups = {"train": {**TRAIN, "with": ["deepspeed"]}}
+    plan = load_plans(None, write(tmp_path, groups), lambda: real_matrix)[0]["train"]
+    assert [(p.id, p.role) for p in plan.stack] == [("deepspeed", "with")]
+    assert plan.stack[0].needs_nvcc
+    assert plan.base_image == plan.images["devel"]  # nvcc for DeepSpeed's just-in-time ops
+    assert plan.framework.cuda == plan.cuda.version.rsplit(".", 1)[0]  # the devel image's CUDA is torch's
+    assert plan.base_image.startswith(f"nvidia/cuda:{plan.cuda.version}-devel-")
+
+
+def test_an_inference_group_plans_onnxruntime_as_its_framework(tmp_path, real_matrix):
+    groups = {"serve": {"os": "ubuntu22.04", "gpu": "l4", "framework": "onnxruntime"}}
+    plan = load_plans(None, write(tmp_path, groups), lambda: real_matrix)[0]["serve"]
+    assert plan.framework is None  # no PyTorch
+    assert [(p.id, p.role) for p in plan.stack] == [("onnxruntime", "framework")]
+
+
+@pytest.mark.parametrize(
+    ("group", "flags"),
+    [
+        (TRAIN, ["--framework", "pytorch", "--with", "deepspeed", "--with", "onnxruntime"]),
+        (
+            {"os": "ubuntu22.04", "gpu": "h100-sxm", "framework": "pytorch==2.5.1", "with": ["onnxruntime"]},
+            ["--framework", "pytorch==2.5.1", "--with", "onnxruntime"],
+        ),
+        ({"os": "ubuntu22.04", "gpu": "l4", "framework": "onnxruntime"}, ["--framework", "onnxruntime"]),
+    ],
+    ids=["deepspeed-onnxruntime", "torch-2.5.1-onnxruntime", "inference"],
+)
+def test_a_group_gets_the_plan_provision_plan_gives(cli, tmp_path, real_matrix, group, flags):
+    """The fleet's group and `provision plan` with the same flags: the same plan, digest included."""
+    plan = load_plans(None, write(tmp_path, {"g": group}), lambda: real_matrix)[0]["g"]
+    assert plan.stack
+    r = cli("plan", "--os", group["os"], "--gpu", group["gpu"], *flags, "--format", "json")
+    assert r.code == 0, r
+    assert json.loads(r.out) == json.loads(json.dumps(plan.to_dict()))
 
 
 # Hostile or malformed `with:` values, as a user (or an attacker editing the file) could write
