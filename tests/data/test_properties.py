@@ -24,6 +24,9 @@ IMAGE_OSES = sorted({o for i in MATRIX.images for o in i.os}) + OS_IDS
 PLATFORMS = [name for p in MATRIX.platforms for name in (p.id, *p.aliases)]
 # GPUs the platforms list, drawn more often beside a platform so that most pairings resolve
 PLATFORM_GPUS = sorted({g for p in MATRIX.platforms for g in p.gpus})
+# stack packages (--with): bare ids and each package's two newest releases; the walk over every
+# catalogued combination is tests/data/test_stack_combinations.py, this draws them beside every other pin
+WITH = [s.id for s in MATRIX.stacks] + [f"{s.id}=={r.version}" for s in MATRIX.stacks for r in s.releases[:2]]
 
 requests = st.builds(
     PlanRequest,
@@ -37,6 +40,7 @@ requests = st.builds(
     policy=st.sampled_from(["lts", "latest"]),
     image_os=st.none() | st.sampled_from(IMAGE_OSES),
     host_only=st.booleans(),
+    with_=st.just(()) | st.lists(st.sampled_from(WITH), max_size=2).map(tuple),
     mig=st.none()
     | st.sampled_from(
         [
@@ -66,8 +70,16 @@ def test_plans_obey_every_rule_and_refusals_explain(request):
         if request.mig and ("MIG" in exc.message or "does not fit" in exc.message):
             assert exc.hint, exc.message
             return
+        if request.host_only and request.cuda and exc.message.startswith(f"--host-only --cuda {request.cuda}"):
+            # no candidate driver runs that CUDA's images on the GPU (or no such release): named, with a hint
+            assert exc.hint, exc.message
+            return
+        if request.with_ and (exc.message.startswith("--with") or "named twice" in exc.message):
+            # --with without a framework, or beside one its package cannot join, or a package named twice
+            assert exc.hint, exc.message
+            return
         if request.host_only and "--host-only plans no image" in exc.message:
-            assert any((request.cuda, request.cudnn, request.framework, request.image_os)), exc.message
+            assert any((request.cuda, request.cudnn, request.framework, request.image_os, request.with_)), exc.message
             assert exc.hint
             return
         if request.gpu is None and request.platform is None:
