@@ -5,6 +5,7 @@ term the tables print."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shlex
 
@@ -273,3 +274,41 @@ def test_the_legend_names_every_column_and_legend_term(real_matrix):
     }
     missing = {where: found for where, found in missing.items() if found}
     assert not missing, f"docs/legend.md does not explain: {missing}"
+
+
+# -- the stacks examples ----------------------------------------------------------------------
+
+
+def _stack_examples() -> list[tuple[list[str], list[str]]]:
+    """(plan arguments, the versions its comment promises) for each `provision plan` line of the
+    README's Stacks block; a comment on the next line belongs to the command above it."""
+    text = README.read_text()
+    block = text[text.index("## Stacks") :]
+    block = block[block.index("```\n") + 4 : block.index("\n```", block.index("```\n") + 4)]
+    out: list[tuple[list[str], list[str]]] = []
+    for line in block.splitlines():
+        command, _, comment = line.partition("#")
+        if command.strip():
+            out.append((shlex.split(command)[2:], []))
+        out[-1][1].extend(re.findall(r"\d+\.\d+(?:\.\d+)*", comment))
+    return out
+
+
+@pytest.mark.parametrize(("args", "versions"), _stack_examples(), ids=lambda v: " ".join(v)[:60])
+def test_the_readme_stack_examples_print_what_their_comments_say(args, versions, monkeypatch, capsys):
+    from provision.cli import main
+
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setenv("PROVISION_COMPAT_DIR", str(COMPAT))
+    with contextlib.suppress(SystemExit):
+        main(["plan", *args])
+    captured = capsys.readouterr()
+    printed = captured.out + captured.err
+    assert versions, args
+    missing = [v for v in versions if not re.search(rf"(?<![\d.]){re.escape(v)}(?![\d])", printed)]
+    assert not missing, f"README promises {missing} for plan {' '.join(args)}; it printed:\n{printed[:2000]}"
+
+
+def test_the_stack_examples_cover_every_stack_package(real_matrix):
+    named = {a for args, _ in _stack_examples() for i, a in enumerate(args) if args[i - 1] in ("--with", "--framework")}
+    assert {s.id for s in real_matrix.stacks} <= {n.split("==")[0] for n in named}
