@@ -15,7 +15,11 @@ Goals (start-up, as a user types each command: a fresh process every run):
     the process's wall and cpu time, and the check's own time (its "seconds", without start-up);
   * `provision check` of 50 host groups (lock files) x 50 image plan locks < 1 s (the median of
     five runs; the locks are resolved once, before the clock starts);
-  * `provision plan --host-only` and `provision runs-on --driver 535.183.01 --gpu t4` are reported.
+  * `provision plan --host-only` and `provision runs-on --driver 535.183.01 --gpu t4` are reported;
+  * stacks (issue 24): `provision plan --os ubuntu22.04 --gpu h100-sxm --framework pytorch --with
+    deepspeed --with onnxruntime` <= 5x `python -c pass` (warm cache), and `provision plan --os
+    ubuntu22.04 --gpu l4 --framework onnxruntime` is reported beside it (`matrix check` walks the
+    stacks too, and its < 2 s goal stands).
 
 Bytecode is compiled first, as `pip install` does, and PYTHONDONTWRITEBYTECODE is dropped
 from the environment so the runs measure an installed tool. Exit 1 if a goal is missed.
@@ -119,13 +123,32 @@ def main() -> int:
         "--images",
         str(fleet_dir / "images"),
     ]
+    stack_plan = [
+        args.provision,
+        "plan",
+        "--os",
+        "ubuntu22.04",
+        "--gpu",
+        "h100-sxm",
+        "--framework",
+        "pytorch",
+        "--with",
+        "deepspeed",
+        "--with",
+        "onnxruntime",
+    ]
+    inference_plan = [args.provision, "plan", "--os", "ubuntu22.04", "--gpu", "l4", "--framework", "onnxruntime"]
     commands += [
         Timed([*plan, "--host-only"], args.runs),
         Timed([args.provision, "runs-on", "--driver", "535.183.01", "--gpu", "t4"], args.runs),
         Timed([*check_cmd, "--format", "json"], 5, ok_codes=(0, 1)),
+        Timed(stack_plan, args.runs),
+        Timed(inference_plan, args.runs),
     ]
     timed_all(commands, env)
-    base, warm, warm_json, cold, helptext, gpus, doctor, host_only, runs_on, check_50 = (c.median for c in commands)
+    base, warm, warm_json, cold, helptext, gpus, doctor, host_only, runs_on, check_50, stack, inference = (
+        c.median for c in commands
+    )
     base_cpu = statistics.median(commands[0].cpu)
     cpu = [statistics.median(c.cpu) for c in commands]
 
@@ -160,8 +183,10 @@ def main() -> int:
         "provision plan --host-only (warm cache)",
         "provision runs-on --driver 535.183.01 --gpu t4",
         "provision check: 50 groups x 50 images",
+        "provision plan pytorch --with deepspeed,onnxruntime",
+        "provision plan --framework onnxruntime (l4)",
     ]
-    walls = [base, warm, warm_json, cold, helptext, gpus, doctor, host_only, runs_on, check_50]
+    walls = [base, warm, warm_json, cold, helptext, gpus, doctor, host_only, runs_on, check_50, stack, inference]
     print(f"{os.cpu_count()} cores; load average {load:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")
     print("(cpu: the process's user + system time, which a busy machine inflates less than the wall time)")
     print(f"{'command':50} {'median':>9} {'ratio':>7} {'cpu':>9} {'ratio':>7}")
@@ -175,6 +200,7 @@ def main() -> int:
     )
     goals = [
         ("plan <= 5x python -c pass (warm cache)", warm / base <= 5.0),
+        ("plan with a stack <= 5x python -c pass (warm cache)", stack / base <= 5.0),
         ("--help <= 5x python -c pass", helptext / base <= 5.0),
         ("doctor --from-file <= 10x python -c pass", doctor / base <= 10.0),
         ("matrix check < 2 s", check_wall < 2.0 and report["ok"]),
