@@ -14,7 +14,11 @@ _plan_options = [
         "--plan", "plans", multiple=True, type=click.Path(dir_okay=False), help="Plan lock file (repeatable)."
     ),
     click.option("--plans", "plans_dir", type=click.Path(file_okay=False), help="Directory of *.lock.json plans."),
-    click.option("--variant", help="Variant for every plan (default: each plan's framework, else base)."),
+    click.option(
+        "--variant",
+        help="Variant for every plan (default: each plan's framework, --framework onnxruntime|tensorrt included, "
+        "else base).",
+    ),
     click.option(
         "--locks",
         default="image-locks",
@@ -25,7 +29,8 @@ _plan_options = [
     click.option(
         "--base-digests",
         type=click.Path(dir_okay=False),
-        help="provision pin-base's file: every job builds FROM its base by digest.",
+        help="provision pin-base's file: every job builds FROM its base by digest, and an sdist build stage "
+        "FROM the plan's devel tag by digest.",
     ),
     click.option(
         "--registry",

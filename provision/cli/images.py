@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from provision.cli.common import check_output, default_variant, load_matrix, load_plan, plan_source
+from provision.cli.common import check_output, load_matrix, load_plan, plan_source
 
 
 def lock_options(func):
@@ -47,14 +47,29 @@ def read_base_digests(path: str | None, registry: str | None):
 
 @click.command("render")
 @plan_source
-@click.option("--variant", help="base, pytorch, tensorflow or devel (default: the plan's framework, else base).")
+@click.option(
+    "--variant",
+    help="base, pytorch, tensorflow, onnxruntime, tensorrt or devel (default: the plan's framework, "
+    "--framework onnxruntime|tensorrt included, else base).",
+)
 @click.option(
     "--out", required=True, type=click.Path(file_okay=False), help="Directory for the build context (new or empty)."
 )
 @click.option(
     "--templates", type=click.Path(file_okay=False), help="Your templates; they may extend ours as provision/<path>."
 )
-@click.option("--base-image", metavar="REF", help="FROM this instead (a mirror, or nvidia/cuda@sha256:…).")
+@click.option(
+    "--base-image",
+    metavar="REF",
+    help="FROM this instead (a mirror, or nvidia/cuda@sha256:…); also the sdist build stage's, unless "
+    "--build-base-image names another.",
+)
+@click.option(
+    "--build-base-image",
+    metavar="REF",
+    help="FROM this in the sdist build stage instead of the plan's devel image (its digest: pin-base); "
+    "exit 2 for an image that builds no sdists.",
+)
 @lock_options
 @click.option(
     "--platform",
@@ -71,6 +86,7 @@ def render_cmd(
     out,
     templates,
     base_image,
+    build_base_image,
     lock_file,
     index_url,
     platform,
@@ -83,17 +99,18 @@ def render_cmd(
     the plan's pin cannot be installed, or a lock contradicts the plan.
     """
     from provision.images.pylock import LOCK_NAME, PackageIndex
-    from provision.images.render import render_image, require_image_part, write_context
+    from provision.images.render import plan_variant, render_image, require_image_part, write_context
 
     plan = require_image_part(load_plan(ctx, **plan_args), "render")
     rendered = render_image(
         plan,
-        default_variant(plan, variant),
+        variant or plan_variant(plan),
         templates=templates,
         base_image=base_image,
         lock_file=lock_file,
         index=PackageIndex.default(index_url),
         platform=platform,
+        build_base_image=build_base_image,
     )
     for line in rendered.files.get(LOCK_NAME, "").splitlines():
         if line.startswith("# note: "):
@@ -104,7 +121,11 @@ def render_cmd(
 
 @click.command("build")
 @plan_source
-@click.option("--variant", help="base, pytorch, tensorflow or devel (default: the plan's framework, else base).")
+@click.option(
+    "--variant",
+    help="base, pytorch, tensorflow, onnxruntime, tensorrt or devel (default: the plan's framework, "
+    "--framework onnxruntime|tensorrt included, else base).",
+)
 @click.option(
     "--tag",
     "repo_tag",
@@ -125,7 +146,8 @@ def render_cmd(
     "--base-digests",
     metavar="FILE",
     type=click.Path(dir_okay=False),
-    help="FROM the plan's nvidia/cuda tag at the digest pinned in FILE (provision pin-base); pulled by digest.",
+    help="FROM the plan's nvidia/cuda tag at the digest pinned in FILE (provision pin-base), the sdist build "
+    "stage's devel tag too; pulled by digest.",
 )
 @registry_option
 @lock_options
@@ -161,7 +183,8 @@ def build_cmd(
     """Render and build a plan's image through the Docker engine, tag it deterministically, lock it.
 
     A base given by digest (--base-digests, or --base-image REF@sha256:…) is pulled by that digest
-    first. image.lock.json records the base and its digest, the image id, the requirements' digest
+    first; with --base-digests an image that builds sdists builds them FROM the plan's devel tag at
+    its pinned digest too (a file without it is refused, exit 2). image.lock.json records the base and its digest, the image id, the requirements' digest
     and the pushed repository digests (schema: provision/images/schema/image-lock.schema.json).
     Warns when the plan's nvidia/cuda tag is past NVIDIA's end of life.
 
@@ -183,17 +206,21 @@ def build_cmd(
         split_ref,
         write_image_lock,
     )
-    from provision.images.render import render_image, require_image_part, write_context
+    from provision.images.render import plan_variant, render_image, require_image_part, write_context
 
     if base_image and base_digests:
         raise InputError("give either --base-image or --base-digests, not both", hint="see provision build --help")
 
     pins = read_base_digests(base_digests, registry)
     plan = require_image_part(load_plan(ctx, **plan_args), "build")
-    variant = default_variant(plan, variant)
+    variant = variant or plan_variant(plan)
     plan_tag = pin.base_tag(plan, variant, templates)
+    build_base_image = None
     if pins is not None:
         base_image = pin.pinned_ref(pins, plan_tag, base_digests)
+        build_tag = pin.build_base_tag(plan, variant, templates)
+        if build_tag is not None:  # the sdists' build stage starts FROM the devel tag: by digest too
+            build_base_image = pin.pinned_ref(pins, build_tag, base_digests, stage="the sdist build stage's base")
     from provision.images.pylock import PackageIndex
 
     rendered = render_image(
@@ -204,6 +231,7 @@ def build_cmd(
         lock_file=lock_file,
         index=PackageIndex.default(index_url),
         platform=platform,
+        build_base_image=build_base_image,
     )
     api = client()  # exit 4 before anything is written when no engine answers
     warning = pin.end_of_life(load_matrix(ctx), plan, plan_tag)
@@ -216,8 +244,10 @@ def build_cmd(
         context = write_context(rendered, plan, os.path.join(tmp, "context"))
         requirements = requirements_digest(context)
         with display:
-            if split_ref(rendered.from_ref)[2]:  # by digest: pulled first, or refused before the build
-                pull_base(rendered.from_ref, docker_client=api, on_line=display)
+            # by digest: pulled first (the build stage's base too), or refused before the build
+            for ref in dict.fromkeys(r for r in (rendered.build_from, rendered.from_ref) if r):
+                if split_ref(ref)[2]:
+                    pull_base(ref, docker_client=api, on_line=display)
             result = build_image(
                 context,
                 tags=tags,
@@ -253,7 +283,8 @@ def build_cmd(
     "--variant",
     "variants",
     multiple=True,
-    help="Pin only the base these variants start from (repeatable; default: every nvidia/cuda tag of the plan).",
+    help="Pin only the bases these variants start from, their sdist build stage's devel tag included "
+    "(repeatable; default: every nvidia/cuda tag of the plan).",
 )
 @click.option("--templates", type=click.Path(file_okay=False), help="Your templates (for their variants).")
 @click.option(
@@ -273,7 +304,8 @@ def pin_base_cmd(ctx, *, plan_args, variants, templates, registry, out):
     """Resolve the plan's nvidia/cuda tags to their registry digests and record them.
 
     Asks the registry through the Docker engine (the engine's credentials apply) for each tag's
-    manifest-list digest and writes them to --out (schema: provision/images/schema/base-digests.schema.json);
+    manifest-list digest (with --variant: the variant's base, and the devel tag its sdist build
+    stage starts from where it builds sdists) and writes them to --out (schema: provision/images/schema/base-digests.schema.json);
     tags pinned before keep their entries. `provision build --base-digests FILE` then builds
     FROM nvidia/cuda:<tag>@sha256:…. Warns when a tag is past NVIDIA's end of life.
 
@@ -287,7 +319,10 @@ def pin_base_cmd(ctx, *, plan_args, variants, templates, registry, out):
     if registry is not None:
         pin.source_ref("nvidia/cuda:x", registry)  # refuse a malformed --registry before any work
     plan = require_image_part(load_plan(ctx, **plan_args), "pin-base")
-    tags = [pin.base_tag(plan, v, templates) for v in variants] if variants else list(plan.images.values())
+    if variants:  # each variant's base, and its build stage's (the plan's devel tag) where it builds sdists
+        tags = [tag for v in variants for tag in pin.variant_tags(plan, v, templates)]
+    else:
+        tags = list(plan.images.values())
     if os.path.lexists(out):
         pin.read_pins(out, registry, flag="--out")  # an unreadable file is refused before the registry is asked
     api = client()  # exit 4 when no engine answers

@@ -36,7 +36,11 @@ PLAN_FILE = "plan.lock.json"  # written beside the Dockerfile for people; not pa
 PLATFORM = "linux/amd64"
 LOCKS_DIR = "image-locks"  # committed requirements.lock files, one per readable tag
 # every job renders with its committed lock (the variable is empty for images without one)
-RENDER = 'provision render --plan "$PLAN" --variant "$VARIANT" ${LOCK:+--lock-file "$LOCK"} ${BASE:+--base-image "$BASE"} --out'
+# and its bases by digest (the image's, and its sdist build stage's: empty when the bases are tags)
+RENDER = (
+    'provision render --plan "$PLAN" --variant "$VARIANT" ${LOCK:+--lock-file "$LOCK"} ${BASE:+--base-image "$BASE"} '
+    '${BUILD_BASE:+--build-base-image "$BUILD_BASE"} --out'
+)
 # what a path in a pipeline may look like: relative, inside the repository, no shell or YAML syntax
 SAFE_PATH = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./-]{0,250}$")
 # the pipeline's own files may also live in dot-folders (.github/workflows); never a `.` or `..` part
@@ -56,6 +60,7 @@ class Job(NamedTuple):
     lock: str | None = None  # the committed requirements.lock the job renders with (repository-relative)
     base: str | None = None  # FROM this (nvidia/cuda:<tag>@sha256:…) instead of the plan's tag
     platform: str = PLATFORM  # the plans' image platform (linux/arm64 for aarch64 hosts)
+    build_base: str | None = None  # the sdist build stage FROM this (the devel tag by digest)
 
     def variables(self) -> dict[str, str]:
         """What the pipeline hands the job's scripts (as environment variables, never as script text)."""
@@ -66,6 +71,7 @@ class Job(NamedTuple):
             "variant": self.variant,
             "lock": self.lock or "",
             "base": self.base or "",
+            "build_base": self.build_base or "",
             "content": self.content,
             "tags": " ".join(self.tags),
             "platform": self.platform,
@@ -180,10 +186,11 @@ def plan_jobs(
     A framework image's requirements.lock is a committed input: `locks` (repository-relative) holds
     one per readable tag; an existing one is reused byte for byte (checked against the plan), a
     missing one (or every one, with `relock`) is resolved. With `base_digests` (provision pin-base's
-    file) every job builds FROM its base by digest. Returns the jobs and the lock files to write
-    (repository-relative path -> text)."""
+    file) every job builds FROM its base by digest, and an image that builds sdists its build stage
+    FROM the plan's devel tag by digest (a file that lacks either is refused). Returns the jobs and
+    the lock files to write (repository-relative path -> text)."""
     from provision.images import pin
-    from provision.images.render import content_digest, image_tags, render_image
+    from provision.images.render import content_digest, image_tags, plan_variant, render_image
 
     if registry is not None and not base_digests:
         raise InputError("--registry applies to --base-digests", hint="give the base-digest file it was pinned for")
@@ -198,7 +205,7 @@ def plan_jobs(
         for path in files:
             plan = read_checked_plan(path, matrix)
             relative = relative_plan(path, root)
-            chosen = variant or (plan.framework.name if plan.framework else "base")
+            chosen = variant or plan_variant(plan)
             lock = f"{locks}/{image_tags(plan, chosen, {})[0]}.requirements.lock" if locks else None
             source = None
             if lock is not None and lock in new_locks:  # resolved for an earlier plan of this run
@@ -207,8 +214,13 @@ def plan_jobs(
                     handle.write(new_locks[lock])
             elif lock is not None and not relock and os.path.lexists(os.path.join(root, lock)):
                 source = os.path.join(root, lock)  # committed: reused byte for byte (a link is refused)
-            base = pin.pinned_ref(pins, pin.base_tag(plan, chosen), base_digests) if pins is not None else None
-            rendered = render_image(plan, chosen, lock_file=source, base_image=base)
+            base = build_base = None
+            if pins is not None:
+                base = pin.pinned_ref(pins, pin.base_tag(plan, chosen), base_digests)
+                build_tag = pin.build_base_tag(plan, chosen)
+                if build_tag is not None:
+                    build_base = pin.pinned_ref(pins, build_tag, base_digests, stage="the sdist build stage's base")
+            rendered = render_image(plan, chosen, lock_file=source, base_image=base, build_base_image=build_base)
             if "requirements.lock" not in rendered.files:
                 lock = None
             elif lock is not None and source is None:
@@ -218,6 +230,7 @@ def plan_jobs(
                 rendered,
                 variant=chosen,
                 base=base,
+                build_base=build_base,
                 lock=lock,
                 plan_path=relative,
                 plan_digest=plan.digest(),
@@ -243,12 +256,13 @@ def plan_jobs(
                 lock=group["lock"],
                 base=group["base"],
                 platform=group["platform"],
+                build_base=group["build_base"],
             )
         )
     return jobs, new_locks
 
 
-def _group(groups, rendered, *, variant, base, lock, plan_path: str, plan_digest: str, content: str):
+def _group(groups, rendered, *, variant, base, build_base, lock, plan_path: str, plan_digest: str, content: str):
     from provision.images.render import platform_suffix
 
     suffix = platform_suffix(rendered.platform)  # an arm64 image is another image: its tags say so
@@ -257,6 +271,7 @@ def _group(groups, rendered, *, variant, base, lock, plan_path: str, plan_digest
         {
             "variant": variant,
             "base": base,
+            "build_base": build_base,
             "readable": rendered.tags[0],
             "content_tag": f"content-{content.removeprefix('sha256:')[:12]}-{variant}{suffix}",
             "lock": lock,
@@ -352,14 +367,20 @@ def _read_metadata(path: str) -> dict[str, Any]:
 
 
 def _from_line(context: str) -> str:
-    """The base the context's Dockerfile starts FROM (its one FROM line)."""
+    """The base the context's image starts FROM: its final stage's (a Dockerfile with an sdist build
+    stage starts that stage `FROM <devel> AS build` first; the image is the one unnamed stage, last)."""
     from provision.documents import read_text
 
     text = read_text(os.path.join(context, "Dockerfile"), "the build context's Dockerfile")
-    froms = [line.split()[1] for line in text.split("\n") if line.startswith("FROM ") and len(line.split()) >= 2]
-    if len(froms) != 1:
-        raise InputError(f"{context}/Dockerfile has {len(froms)} FROM lines", hint="render it with provision render")
-    return froms[0]
+    froms = [line.split()[1:] for line in text.split("\n") if line.startswith("FROM ") and len(line.split()) >= 2]
+    final = [i for i, words in enumerate(froms) if len(words) == 1]
+    stages = [words for words in froms if len(words) == 3 and words[1] == "AS"]
+    if final != [len(froms) - 1] or len(stages) != len(froms) - 1:
+        raise InputError(
+            f"{context}/Dockerfile is not a rendered image: its image FROM line is not one and last",
+            hint="render it with provision render",
+        )
+    return froms[-1][0]
 
 
 def default_matrix():
@@ -483,6 +504,7 @@ def github_workflow(
                 "VARIANT": "${{ matrix.variant }}",
                 "LOCK": "${{ matrix.lock }}",
                 "BASE": "${{ matrix.base }}",
+                "BUILD_BASE": "${{ matrix.build_base }}",
                 "CONTENT": "${{ matrix.content }}",
             },
             "run": f'{RENDER} {CONTEXT_DIR}\nprovision ci context-digest {CONTEXT_DIR} --expect "$CONTENT"',

@@ -51,22 +51,45 @@ class BasePin(NamedTuple):
 
 
 # -- which tag a variant starts from --------------------------------------------------------------
-def base_tag(plan: Plan, variant: str, templates: str | None = None) -> str:
-    """The plan's nvidia/cuda reference that `render_image(plan, variant)` puts in FROM, without
-    rendering (a render may resolve requirements). tests/images hold the two to the same answer."""
-    from provision.images.render import require_image_part, start_flavour, variants
+def _spec(plan: Plan, variant: str, templates: str | None, command: str) -> dict[str, Any]:
+    from provision.images.render import require_image_part, variants
 
-    require_image_part(plan, "pin-base")
+    require_image_part(plan, command)
     known = variants(templates)
     if variant not in known:
         raise InputError(f"unknown variant {variant!r}", hint=f"variants: {', '.join(sorted(known))}")
-    flavour = start_flavour(known[variant], plan)
+    return known[variant]
+
+
+def base_tag(plan: Plan, variant: str, templates: str | None = None) -> str:
+    """The plan's nvidia/cuda reference that `render_image(plan, variant)` puts in FROM, without
+    rendering (a render may resolve requirements). tests/images hold the two to the same answer."""
+    from provision.images.render import start_flavour
+
+    flavour = start_flavour(_spec(plan, variant, templates, "pin-base"), plan)
     if flavour not in plan.images:
         raise InputError(
             f"the plan has no nvidia/cuda {flavour} image for {plan.image_os}",
             hint=f"published: {', '.join(sorted(plan.images))}",
         )
     return plan.images[flavour]
+
+
+def build_base_tag(plan: Plan, variant: str, templates: str | None = None) -> str | None:
+    """The plan's nvidia/cuda reference the variant's sdist build stage starts FROM (the plan's
+    devel image, or the image's own devel base), or None when the variant builds no sdists: what
+    `render_image(plan, variant).build_from` is, without rendering. pin-base pins it beside the
+    base, and build and ci build the stage FROM its digest."""
+    from provision.images.render import build_stage_tag
+
+    return build_stage_tag(_spec(plan, variant, templates, "pin-base"), plan)
+
+
+def variant_tags(plan: Plan, variant: str, templates: str | None = None) -> list[str]:
+    """Every nvidia/cuda tag an image of the variant is built FROM: its base, and its build stage's."""
+    tags = [base_tag(plan, variant, templates)]
+    build = build_base_tag(plan, variant, templates)
+    return tags + ([build] if build is not None and build not in tags else [])
 
 
 # -- resolving through the registry API -----------------------------------------------------------
@@ -235,11 +258,15 @@ def write_pins(
     return current
 
 
-def pinned_ref(pins: dict[str, BasePin], tag: str, origin: str) -> str:
+def pinned_ref(pins: dict[str, BasePin], tag: str, origin: str, *, stage: str | None = None) -> str:
+    """The pinned reference of `tag`; InputError (exit 2) when the file lacks it. `stage` names what
+    starts FROM it when that is not the image itself (the build stage of sdists)."""
     if tag not in pins:
+        what = f" ({stage})" if stage else ""
         raise InputError(
-            f"{origin} has no digest for {tag}",
-            hint=f"pin it first: provision pin-base --plan PLAN --out {origin}",
+            f"{origin} has no digest for {tag}{what}",
+            hint=f"pin it first: provision pin-base --plan PLAN --out {origin}"
+            + (" (pin-base --variant V pins a variant's build stage base too)" if stage else ""),
             details=[f"pinned: {t}" for t in sorted(pins)][:10],
         )
     return pins[tag].ref

@@ -38,6 +38,7 @@ class RenderedImage(NamedTuple):
     tags: tuple[str, ...]  # repository-relative tags: "pytorch2.5.1-cuda12.4.1-ubuntu22.04", "plan-<digest>-pytorch"
     labels: dict[str, str]
     platform: str = "linux/amd64"  # what the image is built for: the plan's (linux/arm64 on aarch64 hosts)
+    build_from: str | None = None  # the sdist build stage's FROM (None: the image has no build stage)
 
 
 def _yaml(path: str) -> Any:
@@ -142,6 +143,15 @@ def variant_stack(spec: dict[str, Any], plan: Plan) -> tuple[PlanStackPackage, .
     return ()
 
 
+def plan_variant(plan: Plan) -> str:
+    """The variant a plan's image is by default: its framework's (pytorch, tensorflow), its stack
+    framework's (onnxruntime, tensorrt for --framework onnxruntime|tensorrt), else base."""
+    if plan.framework is not None:
+        return plan.framework.name
+    head = next((p for p in plan.stack if p.role == "framework"), None)
+    return head.id if head is not None else "base"
+
+
 def plan_base_flavour(plan: Plan) -> str | None:
     """The flavour of the plan's base image (the resolver's choice), or None when it is none of its images."""
     return next((f for f, ref in sorted(plan.images.items()) if ref == plan.base_image), None)
@@ -189,6 +199,24 @@ def check_nvcc(plan: Plan) -> None:
             f"image has CUDA {plan.cuda.version}",
             hint=f"re-plan with --cuda {fw.cuda}",
         )
+
+
+def build_stage_tag(spec: dict[str, Any], plan: Plan) -> str | None:
+    """The plan's nvidia/cuda reference the sdist build stage of a variant (images/variants.yaml
+    ``spec``) starts FROM, or None when the variant builds no sdists: the image's own base when
+    that is a devel image already (DeepSpeed's), else the plan's devel image. render_image and
+    pin-base's build_base_tag both ask this, so a build stage is pinned by digest as its image is."""
+    sdists = source_builds(variant_stack(spec, plan))
+    if not sdists:
+        return None
+    flavour = start_flavour(spec, plan)
+    tag = plan.images.get(flavour) if flavour in DEVEL_FLAVOURS else plan.images.get("devel")
+    if tag is None:
+        raise InputError(
+            f"the plan has no nvidia/cuda devel image for {plan.image_os} to build {', '.join(sdists)} in",
+            hint=f"published: {', '.join(sorted(plan.images))}",
+        )
+    return tag
 
 
 def require_image_part(plan: Plan, command: str) -> Plan:
@@ -242,8 +270,12 @@ def render_image(
     lock_file: str | None = None,
     index: PackageIndex | None = None,
     platform: str | None = None,
+    build_base_image: str | None = None,
 ) -> RenderedImage:
-    """The build context of one image. A framework image gets requirements.lock: `lock_file`
+    """The build context of one image. `base_image` replaces the plan's tag in every FROM (the
+    image's and its sdist build stage's); `build_base_image` replaces the build stage's only
+    (pin-base's digest of the plan's devel tag), and is refused for an image without one.
+    A framework image gets requirements.lock: `lock_file`
     (checked, reused byte for byte) or a fresh uv resolution from `index` for the image's Python and
     `platform` (the plan's: linux/arm64 for an aarch64 host, else linux/amd64); a lock that
     contradicts the plan is refused. A `platform` given (--platform) must be the plan's: the plan's
@@ -252,8 +284,9 @@ def render_image(
     require_image_part(plan, "render")
     plan.check()
     platform = check_platform(plan, platform)
-    if base_image is not None:
-        check_image_ref(base_image, "--base-image")
+    for ref, flag in ((base_image, "--base-image"), (build_base_image, "--build-base-image")):
+        if ref is not None:
+            check_image_ref(ref, flag)
     spec = _variant(variant, templates)
     needs = spec.get("framework")
     stack = variant_stack(spec, plan)
@@ -298,8 +331,13 @@ def render_image(
     torch = (fw is not None and fw.name == "pytorch") or any(p.id == "torch-tensorrt" for p in stack)
     toolchain = [*image_os["compiler"], *python["devel"]]
     build = _build_stage(
-        plan, sdists, base_image=base_image, from_ref=from_ref, flavour=flavour, python=python, toolchain=toolchain
+        spec, plan, sdists, base_image=build_base_image or base_image, python=python, toolchain=toolchain
     )
+    if build_base_image is not None and build is None:
+        raise InputError(
+            f"--build-base-image: the {variant} image of this plan builds no sdists, so it has no build stage",
+            hint="drop --build-base-image (--base-image sets the image's FROM)",
+        )
     image = {
         "description": spec["description"],
         "from_ref": from_ref,
@@ -329,7 +367,14 @@ def render_image(
         ) from None
     files = {"Dockerfile": dockerfile, **_lock_files(plan, lock, sdists, fw=fw, stack=stack, smoke=smoke)}
     return RenderedImage(
-        variant, dockerfile, files, from_ref, image_tags(plan, variant, files, platform), labels, platform
+        variant,
+        dockerfile,
+        files,
+        from_ref,
+        image_tags(plan, variant, files, platform),
+        labels,
+        platform,
+        build["from_ref"] if build else None,
     )
 
 
@@ -381,18 +426,39 @@ def _labels(plan: Plan, variant: str, spec, from_ref: str, *, fw, stack, platfor
     }
 
 
-def _build_stage(plan: Plan, sdists, *, base_image, from_ref, flavour, python, toolchain) -> dict[str, Any] | None:
-    """The build stage of an image with sdists: FROM the plan's devel image (the image's own base
-    when that is devel already; --base-image replaces both), with the compilers and Python headers."""
+def _build_stage(spec, plan: Plan, sdists, *, base_image, python, toolchain) -> dict[str, Any] | None:
+    """The build stage of an image with sdists: FROM the plan's devel image (build_stage_tag: the
+    image's own base when that is devel already; `base_image` replaces it), with the compilers and
+    Python headers, and the environment the sdists' builds take (images/build.yaml)."""
     if not sdists:
         return None
-    build_ref = base_image or (from_ref if flavour in DEVEL_FLAVOURS else plan.images.get("devel"))
-    if build_ref is None:
-        raise InputError(
-            f"the plan has no nvidia/cuda devel image for {plan.image_os} to build {', '.join(sdists)} in",
-            hint=f"published: {', '.join(sorted(plan.images))}",
-        )
-    return {"from_ref": build_ref, "sdists": list(sdists), "packages": [*python["packages"], *toolchain]}
+    build_ref = base_image or build_stage_tag(spec, plan)
+    return {
+        "from_ref": build_ref,
+        "sdists": list(sdists),
+        "packages": [*python["packages"], *toolchain],
+        "env": build_env(sdists),
+    }
+
+
+_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,63}")
+_ENV_VALUE = re.compile(r"[A-Za-z0-9._:/-]{0,200}")
+
+
+def build_env(sdists) -> dict[str, str]:
+    """What the build stage sets for `pip wheel` (images/build.yaml): the variables of every row
+    whose `match` names one of the sdists built (TensorRT's frontend: no nested pip install)."""
+    rows = _yaml(os.path.join(images_dir(), "build.yaml"))["builds"]
+    env: dict[str, str] = {}
+    for row in rows:
+        if any(re.fullmatch(row["match"], name) for name in sdists):
+            for key, value in row["env"].items():
+                if not _ENV_NAME.fullmatch(key) or not _ENV_VALUE.fullmatch(str(value)):
+                    raise InputError(
+                        f"images/build.yaml: {key!r} is not a plain variable", hint="fix images/build.yaml"
+                    )
+                env[key] = str(value)
+    return dict(sorted(env.items()))
 
 
 def _image_os(name: str) -> dict[str, Any]:
