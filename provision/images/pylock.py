@@ -165,8 +165,17 @@ def check_requirement(fw: PlanFramework) -> str:
     return text
 
 
+def requirement_name(pkg: PlanStackPackage) -> str:
+    """The distribution a stack package's requirement installs (canonical): the package's own name
+    (tensorrt, the selector of its default build), or one of its distributions (tensorrt-cu12, the
+    meta package of another build line: what the plan's requirement names then)."""
+    m = re.match(rf"({_NAME})", pkg.requirement)
+    return _canonical(m[1]) if m else _canonical(pkg.pip)
+
+
 def check_stack_requirement(pkg: PlanStackPackage) -> str:
-    """A stack package's requirement, as one `pip[extra]==install`: no options, URLs or markers."""
+    """A stack package's requirement, as one `name[extra]==install`: no options, URLs or markers;
+    the name is the package's or one of its distributions' (a build line's meta package)."""
     from packaging.requirements import InvalidRequirement, Requirement
     from packaging.utils import canonicalize_name
 
@@ -178,7 +187,8 @@ def check_stack_requirement(pkg: PlanStackPackage) -> str:
         req is None
         or req.url
         or req.marker
-        or canonicalize_name(req.name) != canonicalize_name(pkg.pip)
+        or canonicalize_name(req.name)
+        not in {canonicalize_name(n) for n in (pkg.pip, *(d for d, _ in pkg.distributions))}
         or [(s.operator, s.version) for s in req.specifier] != [("==", pkg.install)]
         or not re.fullmatch(rf"{_NAME}(\[{_NAME}(,{_NAME})*\])?=={_VERSION}", pkg.requirement)
     ):
@@ -423,11 +433,11 @@ def check_against_plan(
         raise InputError(f"{origin} contradicts the plan: {problem}", hint=hint or "check the plan's framework build")
 
     for pkg in stack:
-        name = _canonical(pkg.pip)
+        name = requirement_name(pkg)
         if name not in pins:
-            refuse(f"it does not install {pkg.pip} (the plan's {pkg.id})")
+            refuse(f"it does not install {name} (the plan's {pkg.id})")
         if pins[name] != pkg.install:
-            refuse(f"it installs {pkg.pip}=={pins[name]}, the plan {pkg.pip}=={pkg.install}")
+            refuse(f"it installs {name}=={pins[name]}, the plan {name}=={pkg.install}")
         for dist, kind in pkg.distributions:
             if _canonical(dist) not in pins:
                 refuse(f"it does not pin {dist}, a {kind} of the plan's {pkg.id} {pkg.version}")
@@ -548,6 +558,8 @@ def compile_lock(target: LockTarget, requirement: str, index: PackageIndex) -> s
         argv += ["--only-binary", ":all:"] + [a for name in target.sdists for a in ("--no-binary", name)]
         for extra in target.extra_indexes:
             argv += ["--extra-index-url", extra]
+        if target.library_index:  # which index each pin came from: the header names the library index's
+            argv += ["--emit-index-annotation"]
         try:
             proc = subprocess.run(
                 argv, cwd=tmp, env=env, capture_output=True, text=True, timeout=index.timeout_s, check=False
@@ -629,7 +641,7 @@ def resolve_lock(
             f"{target.requirement} cannot be installed ({first.reason}); locked its post-release "
             f"{main}=={chosen}, whose CUDA and cuDNN wheels are the plan's"
         )
-    header = _header(target, index, note)
+    header = _header(target, index, note, library=from_index(body, target.library_index))
     text = header + body
     pins = parse_lock(text, "the resolved lock")
     check_against_plan(pins, fw, "the resolved lock", stack)
@@ -642,7 +654,23 @@ def _canonical(name: str) -> str:
     return canonicalize_name(name)
 
 
-def _header(target: LockTarget, index: PackageIndex, note: str | None) -> str:
+def from_index(body: str, url: str | None) -> tuple[str, ...]:
+    """The pins (canonical names) uv's index annotations (`# from URL`, --emit-index-annotation)
+    say came from `url`: the library index's wheels, TensorRT's -libs among them."""
+    if url is None:
+        return ()
+    found: list[str] = []
+    current = None
+    for line in body.split("\n"):
+        m = _PIN.match(line)
+        if m:
+            current = _canonical(m["name"])
+        elif current and line.strip().startswith("# from ") and line.strip()[7:].rstrip("/") == url.rstrip("/"):
+            found.append(current)
+    return tuple(dict.fromkeys(found))
+
+
+def _header(target: LockTarget, index: PackageIndex, note: str | None, library: tuple[str, ...] = ()) -> str:
     lines = [
         f"# {LOCK_NAME} for {' '.join((target.requirement, *target.more))}: every package pinned with its hashes.",
         f"# Resolved by {uv_version()} for Python {target.python} on {target.platform}.",
@@ -652,6 +680,8 @@ def _header(target: LockTarget, index: PackageIndex, note: str | None) -> str:
         lines.append(f"# extra index (searched first): {target.extra_index}")
     if target.library_index:
         lines.append(f"# library index (the catalogue's): {target.library_index}")
+        taken = " ".join(library) or "nothing"
+        lines.append(f"# from the library index: {taken}")
     if target.sdists:
         lines.append(f"# sdists (hashes of the source archives, built in the image): {' '.join(target.sdists)}")
     if target.constraints:

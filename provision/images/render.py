@@ -16,6 +16,7 @@ from provision.images.pylock import (
     LOCK_NAME,
     PackageIndex,
     image_lock,
+    requirement_name,
     source_builds,
     split_lock,
     stack_library_index,
@@ -498,7 +499,7 @@ def smoke_promises(plan: Plan, fw, stack: tuple[PlanStackPackage, ...], pins: di
     import json
 
     table = _yaml(os.path.join(images_dir(), "smoke", "packages.yaml"))["packages"]
-    planned = ([(fw.name, fw.package)] if fw is not None else []) + [(p.id, p.pip) for p in stack]
+    planned = ([(fw.name, fw.package)] if fw is not None else []) + [(p.id, requirement_name(p)) for p in stack]
     packages = []
     for ident, dist in planned:
         row = table.get(ident)

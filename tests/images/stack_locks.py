@@ -13,7 +13,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
-from provision.images.pylock import lock_target, plan_constraints
+from provision.images.pylock import lock_target, plan_constraints, requirement_name
 from provision.plan.model import Plan, PlanStackPackage
 
 STAND_IN = "75.0.0"  # the version a build requirement is pinned at (above every floor the catalogue names)
@@ -33,7 +33,7 @@ def stack_pins(plan: Plan, stack: tuple[PlanStackPackage, ...]) -> dict[str, str
             name, spec = re.match(r"([a-z0-9-]+)(.*)", constraint).groups()
             pins[name] = next(s.version for s in SpecifierSet(spec) if s.operator in ("==", ">="))
     for pkg in stack:
-        pins[canonical(pkg.pip)] = pkg.install
+        pins[requirement_name(pkg)] = pkg.install  # tensorrt, or tensorrt-cu12 for that build line
         for name, _ in pkg.distributions:
             pins[canonical(name)] = pkg.install
     if stack:
