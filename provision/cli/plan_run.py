@@ -285,6 +285,7 @@ def plan_rows(p: Plan) -> list[tuple[str, str]]:
             else _stack_text(next((s for s in p.stack if s.role == "framework"), None)),
         ),
         *[("with", _stack_text(s)) for s in p.stack if s.role == "with"],
+        *[("requires", f"{_stack_text(s)}, for {s.required_by}") for s in p.stack if s.role == "requires"],
         (
             "fabric manager",
             f"{p.fabric_manager.package} {p.fabric_manager.version}" if p.fabric_manager else "not needed",

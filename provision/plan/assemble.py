@@ -29,7 +29,7 @@ from provision.plan.model import (
     PlanToolkit,
     Reason,
 )
-from provision.plan.rules import carries_sm, image_flavour, image_needs, sm_floor
+from provision.plan.rules import carries_sm, image_flavour, image_needs, requires_packages, sm_floor
 from provision.plan.search import BRANCH_TYPES, Choice, DriverChoice, driver_search
 from provision.versions import DottedVersion as Version
 from provision.versions import major_minor, prefix_matches
@@ -658,8 +658,10 @@ def stack_part(ctx: Context, choice: Choice) -> tuple[tuple[PlanStackPackage, ..
     parts, reasons = [], []
     pinned = {p.package.id: p.pinned for p in ctx.pins.stack}
     for draft in choice.packages:
-        on = (ctx.host, ctx.cc, pinned[draft.package.id])
-        part, why = package_part(ctx.matrix, draft, on, framework, choice.cuda.version, ctx.pins.framework)
+        on = (ctx.host, ctx.cc, pinned.get(draft.package.id, False))
+        part, why = package_part(
+            ctx.matrix, draft, on, framework, choice.cuda.version, ctx.pins.framework, choice.packages
+        )
         parts.append(part)
         reasons += why
     return tuple(parts), reasons
@@ -688,11 +690,28 @@ def _requirement(package: m.StackPackage, release: m.StackRelease, build: m.Stac
     return f"{name}{'[' + ','.join(extras) + ']' if extras else ''}=={install}"
 
 
+def _required_by(matrix: m.Matrix, draft, chosen: tuple) -> str | None:
+    """Which package's declared requirement brought a role-requires package in, and the
+    requirement as declared: "torch-tensorrt==2.14.0: tensorrt-cu13<11.2.0,>=11.1.0"."""
+    requirer = next((c for c in chosen if c.package.id == draft.required_by), None)
+    if requirer is None:
+        return draft.required_by
+    said = next((f"{n}{spec}" for p, n, spec in requires_packages(matrix, requirer) if p.id == draft.package.id), None)
+    return f"{requirer.name}{': ' + said if said else ''}"
+
+
 def package_part(  # noqa: PLR0917
-    matrix: m.Matrix, draft, on: tuple[str, str, bool], framework: str | None, cuda: Version, fw: m.Framework | None
+    matrix: m.Matrix,
+    draft,
+    on: tuple[str, str, bool],
+    framework: str | None,
+    cuda: Version,
+    fw: m.Framework | None,
+    chosen: tuple = (),
 ) -> tuple[PlanStackPackage, list[Reason]]:
     """One stack package of the plan (``draft``: provision.plan.rules.PackageDraft) and its
-    reasons; ``on``: (host architecture, compute capability, whether the request pins its version)."""
+    reasons; ``on``: (host architecture, compute capability, whether the request pins its version);
+    ``chosen``: every package of the set (a role-requires package's reason names its requirer)."""
     host, cc, pinned = on
     package, release, build = draft.package, draft.release, draft.build
     floor, floor_source = sm_floor(package, release, build)
@@ -718,6 +737,7 @@ def package_part(  # noqa: PLR0917
         build_requires=tuple(build.build_requires or ()),
         source=build.source,
         requires_python=build.python_for(host),
+        required_by=draft.required_by,
     )
     facts = []
     if build.cuda_major is not None:
@@ -735,7 +755,12 @@ def package_part(  # noqa: PLR0917
         facts.append(f"built from source: {', '.join(build.sdists)}")
     if build.library_index:
         facts.append(f"libraries from {build.library_index} ({build.library_index_source or build.source})")
-    role = "the image's framework" if draft.role == "framework" else f"with {framework or 'the framework'}"
+    if draft.role == "framework":
+        role = "the image's framework"
+    elif draft.role == "requires":
+        role = f"required by {requirer}" if (requirer := _required_by(matrix, draft, chosen)) else "required"
+    else:
+        role = f"with {framework or 'the framework'}"
     fits = ["the pinned release, a build that fits" if pinned else "the newest release that fits"]
     if framework is not None:
         fits.append(f"{framework}'s CUDA and cuDNN")

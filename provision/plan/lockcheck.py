@@ -104,6 +104,14 @@ def _check_stack(plan: Plan, origin: str) -> None:
         raise _refuse(origin, "stack", "the stack's framework role does not match the plan's framework")
     if len({s.id for s in stack}) != len(stack):
         raise _refuse(origin, "stack", "a package is listed twice")
+    for i, s in enumerate(stack):
+        # a package another brought in names it, and that one is listed before it; no other names one
+        if (s.role == "requires") != (s.required_by is not None):
+            raise _refuse(origin, f"stack.{i}.required_by", f"{s.required_by!r} does not go with role {s.role!r}")
+        if s.required_by is not None and s.required_by not in {t.id for t in stack[:i]}:
+            raise _refuse(
+                origin, f"stack.{i}.required_by", f"{s.required_by!r} is not a stack package listed before {s.id}"
+            )
     major = int(plan.cuda.version.split(".")[0]) if plan.cuda is not None else None
     for i, s in enumerate(stack):
         if s.cuda_major is not None and s.cuda_major != major:
@@ -184,8 +192,9 @@ def check_against_catalogue(plan: Plan, matrix: m.Matrix, origin: str = "plan") 
     )
     if plan.cuda is not None:
         rows.image(plan, matrix, gpus[0])
-    for i, part in enumerate(plan.stack):
-        rows.stack(plan, matrix, i, part)
+    drafts = [rows.stack(plan, matrix, i, part) for i, part in enumerate(plan.stack)]
+    if drafts:
+        rows.stack_pairs(matrix, plan, drafts)
 
 
 class _Rows:
@@ -394,9 +403,10 @@ class _Rows:
         )
         return build
 
-    def stack(self, plan: Plan, matrix: m.Matrix, i: int, part) -> None:
+    def stack(self, plan: Plan, matrix: m.Matrix, i: int, part):
         """One stack package: its catalogued release and build, every field as the resolver
-        writes it from that row (a forged version, library index or CUDA major refused)."""
+        writes it from that row (a forged version, library index or CUDA major refused); the
+        draft it passes the rules as (stack_pairs reads it)."""
         from provision.plan.assemble import package_part
         from provision.plan.rules import PackageDraft
 
@@ -414,9 +424,8 @@ class _Rows:
             )
         fw = matrix.framework(plan.framework.name) if plan.framework is not None else None
         on = (plan.os.arch, plan.gpu.compute_capability, False)
-        want, _ = package_part(
-            matrix, PackageDraft(package, release, build, part.role), on, None, DottedVersion(plan.cuda.version), fw
-        )
+        draft = PackageDraft(package, release, build, part.role, required_by=part.required_by)
+        want, _ = package_part(matrix, draft, on, None, DottedVersion(plan.cuda.version), fw)
         where = f"for {part.id} {part.version} ({part.flavour or 'its only build'})"
         for name in want._fields:
             self.differs(f"{field}.{name}", getattr(part, name), getattr(want, name), where)
@@ -429,9 +438,27 @@ class _Rows:
         on = (plan.os.arch, plan.gpu.compute_capability, plan.image_os)
         cudnn = plan.cudnn.version if plan.cudnn is not None else None
         q = package_question(matrix, on, fw_key, DottedVersion(plan.cuda.version), cudnn)
-        done = run(PACKAGE_RULES, q, PackageDraft(package, release, build, part.role, q.pythons))
+        done = run(PACKAGE_RULES, q, draft._replace(pythons=q.pythons))
         if not isinstance(done, PackageDraft):
             raise self.refuse(field, f"{done.candidate}: {done.why}")
+        return done
+
+    def stack_pairs(self, matrix: m.Matrix, plan: Plan, drafts: list) -> None:
+        """Every two stack packages as the resolver's pair rules hold them (declared requirements,
+        the sonames of the libraries both load), and each package the plan says another required:
+        that one's build declares a requirement on it (torch-tensorrt: tensorrt)."""
+        from provision.plan.rules import pair_clash, requires_packages
+
+        for i, draft in enumerate(drafts):
+            for other in drafts[:i]:
+                clash = pair_clash(other, draft)
+                if clash is not None:
+                    raise self.refuse(f"stack.{i}", clash[1])
+            part = plan.stack[i]
+            if part.required_by is not None:
+                requirer = next(d for d in drafts[:i] if d.package.id == part.required_by)
+                if not any(p.id == part.id for p, _, _ in requires_packages(matrix, requirer)):
+                    raise self.refuse(f"stack.{i}.required_by", f"{requirer.name} declares no requirement on {part.id}")
 
     def driver(self, plan: Plan, matrix: m.Matrix, os_rel: m.OsRelease, gpus: list[m.Gpu]) -> m.DriverPackaging:
         drv = plan.driver

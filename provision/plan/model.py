@@ -136,15 +136,17 @@ class PlanStackPackage(NamedTuple):
     DeepSpeed, Megatron-Core, Transformer Engine, with the build the resolver chose and why it fits.
 
     ``role`` is "framework" for the image's own framework (``--framework onnxruntime|tensorrt``: the
-    plan's ``framework`` is then None) and "with" for one added by ``--with``. Every fact is the
-    catalogue's (its generated rows: the packages' own files), never the user's."""
+    plan's ``framework`` is then None), "with" for one added by ``--with``, and "requires" for one
+    another stack package of the plan declares a requirement on (torch-tensorrt: tensorrt), whose id
+    ``required_by`` names. Every fact is the catalogue's (its generated rows: the packages' own
+    files), never the user's."""
 
     id: str  # compat/stacks.yaml package id: onnxruntime, tensorrt, torch-tensorrt, deepspeed, ...
     pip: str  # the distribution users name (onnxruntime-gpu, tensorrt)
     version: str  # the release ("1.20.1")
     install: str  # the version pip installs: the release, or the post release the catalogue pins
     flavour: str | None  # the build line ("cu12"); None: the release's only one
-    role: str  # framework | with
+    role: str  # framework | with | requires
     requirement: str  # what pip takes: "onnxruntime-gpu==1.20.1", extras included ("...[cuda,cudnn]==1.22.0")
     distributions: tuple[tuple[str, str], ...]  # (pip name, wheel | sdist): what installing the build installs
     cuda_major: int | None  # from the package's files; None: it follows the framework's (DeepSpeed)
@@ -160,6 +162,8 @@ class PlanStackPackage(NamedTuple):
     # added by the resolver (issue 24): the build's declared CPython range for the plan's host
     # architecture (None: none declared); the image's Python must satisfy every package's
     requires_python: str | None = None
+    # role requires: the id of the stack package whose declared requirement brought it (absent otherwise)
+    required_by: str | None = None
 
 
 class PlanFabricManager(NamedTuple):
@@ -514,6 +518,7 @@ def _is_record(obj: Any) -> bool:
 _ABSENT_WHEN_NONE: dict[type, frozenset[str]] = {
     PlanRequest: frozenset({"platform", "with_"}),
     Plan: frozenset({"server", "stack"}),
+    PlanStackPackage: frozenset({"required_by"}),
 }
 # record fields whose document key differs (``with`` is a Python keyword)
 _KEY = {"with_": "with"}

@@ -598,8 +598,9 @@ class PackageDraft(NamedTuple):
     package: m.StackPackage
     release: m.StackRelease
     build: m.StackBuild
-    role: str  # framework | with
+    role: str  # framework | with | requires (brought in by another package's declared requirement)
     pythons: tuple[str, ...] = ()  # the image OS's Pythons it takes
+    required_by: str | None = None  # role requires: the id of the package whose requirement brought it
 
     @property
     def name(self) -> str:
@@ -763,6 +764,74 @@ def _requirement_on(a: PackageDraft, b: PackageDraft) -> str | None:
     return None
 
 
+def _pair_requires(a: PackageDraft, b: PackageDraft) -> str | None:
+    return _requirement_on(a, b) or _requirement_on(b, a)
+
+
+def _soname_needs(build: m.StackBuild) -> dict[str, dict[int, list[str]]]:
+    """{library: {soname major: [the build's shared objects that need it]}} over the read sonames."""
+    found: dict[str, dict[int, list[str]]] = {}
+    for obj, names in build.sonames:
+        for name in names or ():
+            lib, _, rest = name.partition(".so.")
+            if rest and rest.split(".")[0].isdigit():
+                found.setdefault(lib, {}).setdefault(int(rest.split(".")[0]), []).append(obj)
+    return found
+
+
+def _pair_sonames(a: PackageDraft, b: PackageDraft) -> str | None:
+    """Two packages whose shared objects load the same library need the same soname major of it:
+    an image holds one of each library (ONNX Runtime's TensorRT provider needs libnvinfer.so.10,
+    TensorRT 11's bindings link libnvinfer.so.11). From the rows' sonames, never from names."""
+    needs_a, needs_b = _soname_needs(a.build), _soname_needs(b.build)
+    for lib in sorted(needs_a.keys() & needs_b.keys()):
+        if set(needs_a[lib]) != set(needs_b[lib]):
+            return f"{_soname_text(a, lib, needs_a[lib])}; {_soname_text(b, lib, needs_b[lib])}"
+    return None
+
+
+def _soname_text(d: PackageDraft, lib: str, majors: dict[int, list[str]]) -> str:
+    objects = sorted({o for objs in majors.values() for o in objs})
+    sonames = " and ".join(f"{lib}.so.{n}" for n in sorted(majors))
+    return f"{d.name}'s {'/'.join(objects)} need{'s' if len(objects) == 1 else ''} {sonames}"
+
+
+class PairRule(NamedTuple):
+    kind: str  # the elimination kind it makes (KINDS)
+    test: Callable[[PackageDraft, PackageDraft], str | None]  # why the two cannot go together, or None
+
+
+# the rules every two stack packages of a set are held to, in order (a common Python is the
+# search's own: it narrows with each package)
+PAIR_RULES = (
+    PairRule("stack-requires", _pair_requires),
+    PairRule("stack-soname", _pair_sonames),
+)
+
+
+def pair_clash(a: PackageDraft, b: PackageDraft) -> tuple[str, str] | None:
+    """(kind, why) of the first pair rule two stack packages break, or None."""
+    for rule in PAIR_RULES:
+        why = rule.test(a, b)
+        if why is not None:
+            return rule.kind, why
+    return None
+
+
+def requires_packages(matrix: m.Matrix, draft: PackageDraft) -> tuple[tuple[m.StackPackage, str, str], ...]:
+    """(stack package, name, specifier) of each other stack package the build's declared
+    requirements name (torch-tensorrt: tensorrt-cu13<11.2.0,>=11.1.0): StackBuild.requires are
+    the unconditional ones; an extra (megatron-core[te]) the plan does not take is not among them."""
+    out: list[tuple[m.StackPackage, str, str]] = []
+    for name, spec in draft.build.requires:
+        for package in matrix.stacks:
+            if package.id == draft.package.id or any(p.id == package.id for p, _, _ in out):
+                continue
+            if name == package.pip or any(_pattern_matches(x.pip, name) for x in package.distributions):
+                out.append((package, name, spec))
+    return tuple(out)
+
+
 def _pattern_matches(pattern: str, name: str) -> bool:
     if "{flavour}" not in pattern:
         return pattern == name
@@ -820,9 +889,12 @@ def choose_packages(  # noqa: PLR0917 - per_matrix keys by positional arguments
     cudnn: str | None,
 ) -> tuple[PackageDraft, ...] | Elimination:
     """One release and build per stack pin, in the order given, each the newest that fits the
-    candidate and every package before it (a depth-first search: an older release of an earlier
-    package is taken when a later one fits nothing with the newer); or the Elimination saying why
-    none fits (a package with no fitting build: its builds' reasons; else the pair that conflicts).
+    candidate and every package before it (PAIR_RULES and a common Python; a depth-first search:
+    an older release of an earlier package is taken when a later one fits nothing with the newer);
+    then each stack package a chosen build declares a requirement on that the pins do not name
+    (torch-tensorrt: tensorrt), role "requires", by the same search: the newest release that the
+    requirement and every rule take. Or the Elimination saying why none fits (a pinned package
+    with no fitting build: its builds' reasons; else the first pair that conflicts).
     ``on``: (host architecture, compute capability, image OS); ``fw_key``: (framework id, release
     version, build variant), None for an inference image."""
     q = package_question(matrix, on, fw_key, cuda, cudnn)
@@ -832,22 +904,50 @@ def choose_packages(  # noqa: PLR0917 - per_matrix keys by positional arguments
         if not passed:
             return _no_build(pin, dropped)
         options.append(passed)
-    conflicts: list[str] = []
+    conflicts: list[tuple[str, str]] = []
+    required: dict[str, tuple[tuple[PackageDraft, ...], tuple[Elimination, ...]]] = {}
+
+    def pending(chosen: tuple[PackageDraft, ...]) -> tuple[tuple[PackageDraft, ...], str] | None:
+        """The drafts of the first stack package a chosen build requires and the set lacks, and
+        the requirement as a reason names it; None when the set is closed."""
+        have = {c.package.id for c in chosen}
+        for c in chosen:
+            for package, name, spec in requires_packages(matrix, c):
+                if package.id not in have:
+                    if package.id not in required:
+                        required[package.id] = package_candidates(matrix, (package.id, package.id, "requires"), q)
+                    passed, dropped = required[package.id]
+                    by = f"{c.name} requires {name}{spec}"
+                    if not passed:
+                        none = _no_build((package.id, package.id, "requires"), dropped)
+                        conflicts.append((none.rule, f"{by}; no {package.id} build fits: {none.why}"))
+                    drafts = tuple(d._replace(required_by=c.package.id) for d in passed)
+                    return drafts, by
+        return None
 
     def walk(i: int, chosen: tuple[PackageDraft, ...], pythons: tuple[str, ...]):
-        if i == len(options):
-            return chosen
-        for draft in options[i]:
+        if i < len(options):
+            drafts, by = options[i], None
+        else:
+            more = pending(chosen)
+            if more is None:
+                return chosen
+            drafts, by = more
+        for draft in drafts:
             common = tuple(v for v in pythons if v in draft.pythons)
             if not common:
                 conflicts.append(
-                    f"{draft.name} takes Python {', '.join(draft.pythons)}; with "
-                    f"{', '.join(c.name for c in chosen)} none is left of {q.img_os}'s"
+                    (
+                        "stack-python",
+                        f"{draft.name} takes Python {', '.join(draft.pythons)}; with "
+                        f"{', '.join(c.name for c in chosen)} none is left of {q.img_os}'s",
+                    )
                 )
                 continue
-            clash = next((w for c in chosen for w in (_requirement_on(c, draft), _requirement_on(draft, c)) if w), None)
+            clash = next((w for c in chosen for w in (pair_clash(c, draft),) if w), None)
             if clash is not None:
-                conflicts.append(clash)
+                kind, why = clash
+                conflicts.append((kind, why if by is None or kind == "stack-requires" else f"{by}: {why}"))
                 continue
             done = walk(i + 1, (*chosen, draft), common)
             if done is not None:
@@ -857,13 +957,15 @@ def choose_packages(  # noqa: PLR0917 - per_matrix keys by positional arguments
     done = walk(0, (), q.pythons)
     if done is not None:
         return done
-    return Elimination(" + ".join(p[1] for p in pins), conflicts[0] if conflicts else "no set fits", "stack-requires")
+    kind, why = conflicts[0] if conflicts else ("stack-requires", "no set fits")
+    return Elimination(" + ".join(p[1] for p in pins), why, kind)
 
 
 _KIND_ORDER = (
     "stack-sm",
     "stack-arch",
     "stack-requires",
+    "stack-soname",
     "stack-cudnn",
     "stack-cuda",
     "stack-python",
@@ -940,13 +1042,31 @@ def image_flavour(matrix: m.Matrix, build: m.FrameworkBuild | None, stack: tuple
     """The flavour of the images a candidate starts from (provision.matrix.model.base_flavour), with
     a stack: devel when a package compiles or reads the CUDA headers at run time (DeepSpeed's JIT
     ops, Transformer Engine); an inference image's libraries come from the image: cuDNN's
-    (cudnn-runtime) when its package uses cuDNN (ONNX Runtime), else CUDA's (runtime: TensorRT)."""
-    if any(p.package.runtime is not None and p.package.runtime.image == "devel" for p in stack):
+    (cudnn-runtime) when its package uses cuDNN (ONNX Runtime), else CUDA's (runtime: TensorRT).
+    The packages a stack package's builds require (role requires) count too."""
+    closure = required_closure(matrix, tuple(p.package.id for p in stack)) if stack else ()
+    if any(p.runtime is not None and p.runtime.image == "devel" for p in closure):
         return "devel"
     if build is None and stack:
         uses_cudnn = any(b.cudnn_major is not None for r in stack[0].package.releases for b in r.builds)
         return m.base_flavour("system" if uses_cudnn else None)
     return m.base_flavour(build.libraries if build is not None else None)
+
+
+@per_matrix
+def required_closure(matrix: m.Matrix, ids: tuple[str, ...]) -> tuple[m.StackPackage, ...]:
+    """The stack packages of ``ids`` and every stack package any of their builds declares a
+    requirement on, transitively (what a role-requires package may bring in)."""
+    found = [matrix.stack(i) for i in ids]
+    seen = set(ids)
+    for package in found:  # grows as it goes
+        for release in package.releases:
+            for build in release.builds:
+                for other, _, _ in requires_packages(matrix, PackageDraft(package, release, build, "with")):
+                    if other.id not in seen:
+                        seen.add(other.id)
+                        found.append(other)
+    return tuple(found)
 
 
 # -- the kinds, in the order a refusal's summary names them: the stages nearest to a plan first ----
@@ -957,6 +1077,10 @@ def _s(n: int) -> str:
 KINDS = (
     Kind("stack-sm", lambda ctx, s: f"stack package build{s} that do not support sm_{ctx.cc.replace('.', '')}"),
     Kind("stack-requires", lambda ctx, s: f"stack package build{s} whose declared requirements refuse the others"),
+    Kind(
+        "stack-soname",
+        lambda ctx, s: f"stack package build{s} that need another soname of a library than the others load",
+    ),
     Kind("stack-cudnn", lambda ctx, s: f"stack package build{s} whose cuDNN disagrees with the plan's"),
     Kind("stack-cuda", lambda ctx, s: f"stack package build{s} for another CUDA than the plan's"),
     Kind("stack-python", lambda ctx, s: f"stack package build{s} for no Python the {ctx.img_os} images offer"),

@@ -407,3 +407,218 @@ def test_commands_that_plan_on_the_fly_take_with(tmp_path):
     args.update(os_id=None, gpu=None, plan_file=str(tmp_path / "plan.json"))
     with pytest.raises(InputError, match="--with, not both"):
         load_plan(ctx, **args)
+
+
+# -- pairs: the libraries two packages load (ONNX Runtime's TensorRT provider and TensorRT) --------
+def _libnvinfer(real_matrix, part) -> set[str]:
+    """The libnvinfer sonames a plan's stack row's catalogued build needs (its read shared objects)."""
+    build = real_matrix.stack(part.id).release(Version(part.version)).build(part.flavour)
+    return {n for _, names in build.sonames for n in names or () if n.startswith("libnvinfer.so.")}
+
+
+def _newest_trt_linking(real_matrix, soname: str):
+    trt = real_matrix.stack("tensorrt")
+    return next(
+        r for r in trt.releases if any(soname in (n for _, ns in b.sonames for n in ns or ()) for b in r.builds)
+    )
+
+
+@pytest.mark.parametrize(
+    ("framework", "with_"),
+    [("pytorch", ["onnxruntime", "tensorrt"]), ("pytorch", ["tensorrt", "onnxruntime"]), ("tensorrt", ["onnxruntime"])],
+)
+def test_onnxruntime_and_tensorrt_get_the_libnvinfer_the_provider_needs(real_matrix, framework, with_):
+    """TensorRT 11 (libnvinfer.so.11) is the newest catalogued, yet beside ONNX Runtime, whose
+    TensorRT provider needs libnvinfer.so.10, the plan takes the newest TensorRT linking .so.10."""
+    trt = real_matrix.stack("tensorrt")
+    assert any("libnvinfer.so.11" in n for b in trt.releases[0].builds for _, ns in b.sonames for n in ns or ())
+    plan = _plan(real_matrix, gpu="h100-sxm", framework=framework, with_=with_)
+    ort, rt = _one(plan, "onnxruntime"), _one(plan, "tensorrt")
+    assert _libnvinfer(real_matrix, ort) == _libnvinfer(real_matrix, rt) == {"libnvinfer.so.10"}
+    assert Version(rt.version) == _newest_trt_linking(real_matrix, "libnvinfer.so.10").version
+    check_against_catalogue(plan, real_matrix)
+
+
+@pytest.mark.parametrize(
+    ("framework", "with_", "flag"),
+    [
+        ("pytorch", ["onnxruntime", "tensorrt==11"], "--with"),
+        ("tensorrt==11", ["onnxruntime"], "--framework"),
+    ],
+)
+def test_tensorrt_11_beside_onnxruntime_is_refused_naming_the_pair_the_sonames_and_the_releases_that_fit(
+    real_matrix, framework, with_, flag
+):
+    with pytest.raises(NoCompatibleStack) as caught:
+        _plan(real_matrix, gpu="h100-sxm", framework=framework, with_=with_)
+    error = caught.value
+    assert "stack-soname" in error.kinds
+    line = next(s for s in error.summary if "libnvinfer" in s)
+    assert "onnxruntime==1.31.1's tensorrt-provider needs libnvinfer.so.10" in line
+    assert "tensorrt==11.4.0.106 (cu13)'s bindings needs libnvinfer.so.11" in line
+    fit = _newest_trt_linking(real_matrix, "libnvinfer.so.10").version
+    assert f"{flag} tensorrt=={fit} (the releases that fit: tensorrt <= {fit})" in error.hint
+
+
+def test_without_the_soname_rule_the_search_would_pair_tensorrt_11_with_onnxruntime(real_matrix, monkeypatch):
+    """The rule decides: with the pair rules less it, the same request takes TensorRT 11 (a fresh
+    catalogue object, so the kept answers of the real one are not reused)."""
+    from provision.plan import rules
+
+    monkeypatch.setattr(rules, "PAIR_RULES", tuple(r for r in rules.PAIR_RULES if r.kind != "stack-soname"))
+    plan = _plan(real_matrix._replace(), gpu="h100-sxm", framework="pytorch", with_=["onnxruntime", "tensorrt"])
+    assert _libnvinfer(real_matrix, _one(plan, "tensorrt")) == {"libnvinfer.so.11"}
+
+
+def test_the_lock_check_refuses_a_forged_pair_the_soname_rule_refuses(real_matrix):
+    plan = _plan(real_matrix, gpu="h100-sxm", framework="pytorch", with_=["onnxruntime", "tensorrt"])
+    i = [s.id for s in plan.stack].index("tensorrt")
+    from provision.plan.assemble import package_part
+    from provision.plan.rules import PackageDraft
+
+    pkg = real_matrix.stack("tensorrt")
+    release = pkg.releases[0]
+    build = release.build(plan.stack[i].flavour)
+    part, _ = package_part(
+        real_matrix,
+        PackageDraft(pkg, release, build, "with"),
+        ("x86_64", "9.0", False),
+        None,
+        Version(plan.cuda.version),
+        real_matrix.framework("pytorch"),
+    )
+    forged = plan._replace(stack=tuple(part if k == i else s for k, s in enumerate(plan.stack)))
+    with pytest.raises(InputError, match=r"libnvinfer\.so\.10.*libnvinfer\.so\.11"):
+        check_against_catalogue(forged, real_matrix)
+
+
+# -- requires: a stack package another one declares a requirement on joins the plan ----------------
+def test_with_torch_tensorrt_alone_brings_the_tensorrt_it_requires_into_the_plan(real_matrix):
+    plan = _plan(real_matrix, gpu="l4", framework="pytorch", with_=["torch-tensorrt"])
+    assert [(s.id, s.role, s.required_by) for s in plan.stack] == [
+        ("torch-tensorrt", "with", None),
+        ("tensorrt", "requires", "torch-tensorrt"),
+    ]
+    ttrt, trt = plan.stack
+    build = real_matrix.stack("torch-tensorrt").release(Version(ttrt.version)).builds[0]
+    from provision.plan.rules import spec_holds
+
+    specs = [spec for name, spec in build.requires if name.startswith("tensorrt")]
+    assert specs
+    assert all(spec_holds(spec, trt.version) for spec in specs)
+    # the newest release the requirement and every rule take: no newer release within the pin fits
+    newer = [r for r in real_matrix.stack("tensorrt").releases if r.version > Version(trt.version)]
+    assert not any(all(spec_holds(s, r.version) for s in specs) for r in newer)
+    # and what the plan records of it: its NVIDIA library index and SM floor, and why it is there
+    assert trt.library_index == "https://pypi.nvidia.com/"
+    assert trt.sm_floor == "7.5"
+    reason = next(r.text for r in plan.reasons if r.component == "tensorrt")
+    assert reason.startswith(f"{trt.requirement} (required by torch-tensorrt=={ttrt.version}: tensorrt")
+    check_against_catalogue(plan, real_matrix)
+
+
+def test_the_required_package_is_a_table_row_and_a_json_row(cli):
+    args = ("plan", "--os", "ubuntu22.04", "--gpu", "l4", "--framework", "pytorch", "--with", "torch-tensorrt")
+    table = cli(*args)
+    assert table.code == 0, table
+    row = next(line for line in table.out.splitlines() if line.startswith("requires "))
+    assert row.split()[1].startswith("tensorrt")
+    assert "for torch-tensorrt" in table.out
+    doc = json.loads(cli(*args, "--format", "json").out)
+    assert doc["request"]["with"] == ["torch-tensorrt"]
+    assert [(s["id"], s["role"], s.get("required_by")) for s in doc["stack"]] == [
+        ("torch-tensorrt", "with", None),
+        ("tensorrt", "requires", "torch-tensorrt"),
+    ]
+    assert Plan.from_dict(doc).to_dict() == doc
+
+
+def test_a_required_tensorrt_is_held_to_every_rule_and_the_search_backtracks(real_matrix):
+    """On a V100 (SM 7.0) every TensorRT from 10.5 is refused: torch-tensorrt is taken at a
+    release whose TensorRT requirement a release for SM 7.0 meets, or the set is refused."""
+    try:
+        plan = _plan(real_matrix, gpu="v100", framework="pytorch", with_=["torch-tensorrt"])
+    except NoCompatibleStack as error:
+        assert "torch-tensorrt" in " ".join(error.summary)
+        return
+    trt = _one(plan, "tensorrt")
+    assert Version(trt.version) < Version("10.5")
+    assert trt.sm_floor == "7.0"
+
+
+def test_beside_onnxruntime_torch_tensorrt_is_taken_at_a_release_whose_tensorrt_links_libnvinfer_10(real_matrix):
+    plan = _plan(real_matrix, gpu="h100-sxm", framework="pytorch", with_=["onnxruntime", "torch-tensorrt"])
+    trt = _one(plan, "tensorrt")
+    assert trt.role == "requires"
+    assert _libnvinfer(real_matrix, trt) == _libnvinfer(real_matrix, _one(plan, "onnxruntime")) == {"libnvinfer.so.10"}
+    assert _libnvinfer(real_matrix, _one(plan, "torch-tensorrt")) == {"libnvinfer.so.10"}
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"role": "with"}, "required_by: 'torch-tensorrt' does not go with role 'with'"),
+        ({"required_by": None}, "'required_by' is a required property"),
+        ({"required_by": "deepspeed"}, "is not a stack package listed before"),
+    ],
+)
+def test_the_consistency_check_holds_role_requires_to_required_by(real_matrix, change, words):
+    plan = _plan(real_matrix, gpu="l4", framework="pytorch", with_=["torch-tensorrt"])
+    forged = plan._replace(stack=(plan.stack[0], plan.stack[1]._replace(**change)))
+    if change.get("role") == "with":  # as if the request named it (the count of --with rows agrees)
+        forged = forged._replace(request=forged.request._replace(with_=("torch-tensorrt", "tensorrt")))
+    doc = forged.to_dict()
+    doc["digest"] = forged.digest()
+    with pytest.raises(InputError, match=words):
+        Plan.from_dict(doc)
+
+
+def test_the_lock_check_refuses_a_required_by_the_catalogue_does_not_declare(real_matrix):
+    plan = _plan(real_matrix, gpu="h100-sxm", framework="pytorch", with_=["deepspeed", "tensorrt"])
+    forged = plan._replace(stack=(plan.stack[0], plan.stack[1]._replace(role="requires", required_by="deepspeed")))
+    with pytest.raises(InputError, match="declares no requirement on tensorrt"):
+        check_against_catalogue(forged, real_matrix)
+
+
+def test_no_other_package_brings_one_in(real_matrix):
+    """Only torch-tensorrt's requirement on tensorrt is an unconditional stack-to-stack requirement
+    in the catalogue (megatron-core[te] is an extra the plan does not take; Transformer Engine's
+    core extras name its own distributions)."""
+    from provision.plan.rules import PackageDraft, requires_packages
+
+    found = {
+        (p.id, other.id)
+        for p in real_matrix.stacks
+        for r in p.releases
+        for b in r.builds
+        for other, _, _ in requires_packages(real_matrix, PackageDraft(p, r, b, "with"))
+    }
+    assert found == {("torch-tensorrt", "tensorrt")}
+    plan = _plan(real_matrix, gpu="h100-sxm", framework="pytorch", with_=["megatron-core"])
+    assert [s.id for s in plan.stack] == ["megatron-core"]
+
+
+# -- the default image variant of a plan (provision/cli/common.py default_variant) ------------------
+@pytest.mark.parametrize(
+    ("framework", "with_", "want"),
+    [
+        ("onnxruntime", [], "onnxruntime"),
+        ("tensorrt", [], "tensorrt"),
+        ("onnxruntime", ["tensorrt"], "onnxruntime"),
+        ("pytorch", ["onnxruntime"], "pytorch"),
+        ("tensorflow", [], "tensorflow"),
+        (None, [], "base"),
+    ],
+)
+def test_default_variant_is_the_variant_of_the_plan_s_framework_inference_ones_included(
+    real_matrix, framework, with_, want
+):
+    from provision.cli.common import default_variant
+    from provision.images.render import variants
+
+    plan = _plan(real_matrix, gpu="h100-sxm", framework=framework, with_=with_)
+    assert default_variant(plan, None) == want
+    assert default_variant(plan, "devel") == "devel"  # --variant wins
+    spec = variants()[want]
+    head = plan.framework.name if plan.framework else next((s.id for s in plan.stack if s.role == "framework"), None)
+    assert spec["framework"] == head
