@@ -471,7 +471,7 @@ def framework_pin(matrix: m.Matrix, given: str) -> tuple[m.Framework, m.Framewor
         raise BadPin(f"--framework {text!r} is not NAME or NAME==VERSION", hint="e.g. --framework pytorch==2.5.1")
     framework = framework_named(matrix, mt[1])
     if framework is None:
-        raise UnknownId(f"unknown framework {mt[1]!r}", hint=f"known: {', '.join(f.id for f in matrix.frameworks)}")
+        raise UnknownId(f"unknown framework {mt[1]!r}", hint=f"known: {', '.join(framework_ids(matrix))}")
     if mt[2] is None:
         return framework, None
     local = re.fullmatch(r"(\d+(?:\.\d+)*)\+cu(\d{2,3})", mt[2])
@@ -533,6 +533,12 @@ def needs_framework(matrix: m.Matrix, package: m.StackPackage) -> tuple[str, ...
     )
 
 
+def framework_ids(matrix: m.Matrix) -> tuple[str, ...]:
+    """Every name --framework takes, as a hint lists them: the frameworks of frameworks.yaml, then
+    the stack packages that stand as an inference image's framework (onnxruntime, tensorrt)."""
+    return (*(f.id for f in matrix.frameworks), *(p.id for p in inference_frameworks(matrix)))
+
+
 def inference_frameworks(matrix: m.Matrix) -> tuple[m.StackPackage, ...]:
     """The stack packages that stand as an image's framework (--framework): those with a CUDA of
     their own that need no framework (ONNX Runtime, TensorRT)."""
@@ -549,9 +555,7 @@ def stack_pin(matrix: m.Matrix, given: str, role: str) -> StackPin:
         raise BadPin(f"{flag} {text!r} is not NAME or NAME==VERSION", hint=f"e.g. {flag} onnxruntime==1.20.1")
     package = stack_named(matrix, mt[1])
     if package is None or (role == "framework" and package not in inference_frameworks(matrix)):
-        known = [p.id for p in (matrix.stacks if role == "with" else inference_frameworks(matrix))]
-        if role == "framework":
-            known = [f.id for f in matrix.frameworks] + known
+        known = [p.id for p in matrix.stacks] if role == "with" else list(framework_ids(matrix))
         raise UnknownId(
             f"unknown {'framework' if role == 'framework' else 'stack package'} {mt[1]!r}",
             hint=f"known: {', '.join(known)} (provision matrix stacks lists the stack packages' releases)",

@@ -622,3 +622,17 @@ def test_default_variant_is_the_variant_of_the_plan_s_framework_inference_ones_i
     spec = variants()[want]
     head = plan.framework.name if plan.framework else next((s.id for s in plan.stack if s.role == "framework"), None)
     assert spec["framework"] == head
+
+
+# -- the unknown-framework hint names the inference frameworks too --------------------------------
+def test_an_unknown_framework_s_hint_lists_the_catalogue_s_frameworks_and_inference_frameworks(real_matrix, cli):
+    from provision.plan.context import inference_frameworks
+
+    want = [f.id for f in real_matrix.frameworks] + [p.id for p in inference_frameworks(real_matrix)]
+    assert {"onnxruntime", "tensorrt"} <= set(want)
+    with pytest.raises(UnknownId) as caught:
+        _plan(real_matrix, framework="jax")
+    assert caught.value.hint == f"known: {', '.join(want)}"
+    result = cli("plan", "--os", "ubuntu22.04", "--gpu", "l4", "--framework", "jax")
+    assert result.code == 2
+    assert result.err.splitlines()[1] == f"hint: known: {', '.join(want)}"
