@@ -5,8 +5,9 @@ change to compat/ (or a different --compat-dir) misses the cache and is fully va
 Set PROVISION_NO_CACHE=1 to bypass it; PROVISION_CACHE_DIR moves it.
 
 The stack packages' document (stacks.yaml, more than half of the catalogue's bytes) is cached in
-a file of its own, ``stacks-<key>.json``, read and built only when a command asks for the
-stacks (Matrix.stacks is a LazyStacks): start-up of a plan without them does not pay for them.
+a file of its own, ``stacks-<key>.json``, read only when a command asks for the stacks
+(Matrix.stacks is a LazyStacks), and each package built only when asked for (Matrix.stack): start-up
+of a plan without them does not pay for them, and a plan with some builds those alone.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import json
 import os
 
 from provision import __version__
-from provision.matrix.loader import FILES, attach_hashes, build, build_stacks, load_checked
+from provision.matrix.loader import FILES, attach_hashes, build, build_stack, load_checked
 from provision.matrix.model import LazyStacks, Matrix
 
 LAZY = ("stacks",)  # documents cached apart and built on first use
@@ -43,7 +44,7 @@ def load_cached(compat: str | os.PathLike[str]) -> Matrix:
     path, contents = entry
     try:
         raw = json.loads(_read(path))
-        matrix = build(raw, stacks=LazyStacks(lambda: _cached_stacks(compat, path)))
+        matrix = build(raw, stacks=LazyStacks(lambda: _cached_stacks(compat, path), _stack_maker(compat, path)))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         matrix, raw = load_checked(compat)
         _store(path, raw)
@@ -57,14 +58,33 @@ def _lazy_path(path: str, name: str) -> str:
     return os.path.join(head, name + tail.removeprefix("matrix"))
 
 
-def _cached_stacks(compat: str, path: str):
-    """The stack packages from their cache file; a missing or broken one is checked anew (and rewritten)."""
+def _cached_stacks(compat: str, path: str) -> list:
+    """The stack packages' mappings from their cache file (LazyStacks builds each when asked); a
+    missing or broken one is checked anew (and rewritten)."""
     try:
-        return build_stacks(json.loads(_read(_lazy_path(path, "stacks"))))
+        packages = json.loads(_read(_lazy_path(path, "stacks")))["packages"]
+        if isinstance(packages, list) and all(isinstance(p, dict) for p in packages):
+            return packages
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        matrix, raw = load_checked(compat)
-        _store(path, raw)
-        return tuple(matrix.stacks)
+        pass
+    _, raw = load_checked(compat)
+    _store(path, raw)
+    return raw["stacks"]["packages"]
+
+
+def _stack_maker(compat: str, path: str):
+    """LazyStacks' builder of one package: from its cached mapping; one that does not build (a
+    cache file edited by hand) is checked anew from compat/ (and the cache rewritten)."""
+
+    def make(item, i: int):
+        try:
+            return build_stack(item, i)
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError):
+            _, raw = load_checked(compat)
+            _store(path, raw)
+            return build_stack(raw["stacks"]["packages"][i], i)
+
+    return make
 
 
 def cached_raw(compat: str | os.PathLike[str]) -> dict | None:

@@ -510,6 +510,11 @@ def build_stacks(doc: dict[str, Any]) -> tuple[m.StackPackage, ...]:
     return _rows(_STACK_PACKAGE, "stacks.yaml", "packages", doc["packages"])
 
 
+def build_stack(item: dict[str, Any], i: int) -> m.StackPackage:
+    """One package kind of stacks.yaml (``packages[i]``), as build_stacks makes it."""
+    return _STACK_PACKAGE(item, "stacks.yaml", f"packages[{i}]")
+
+
 def build(raw: dict[str, Any], *, stacks: m.LazyStacks | None = None) -> m.Matrix:
     """Turn schema-valid documents into the model (versions parsed here, once).
 

@@ -641,33 +641,60 @@ class StackPackage(NamedTuple):
 
 
 class LazyStacks:
-    """The stack packages as a read-only sequence built on first use: a plan that names no stack
-    package never builds them (the validated-data cache keeps their documents apart, so start-up
-    does not even parse them). ``make`` returns the packages."""
+    """The stack packages as a read-only sequence, each package built on first use: a plan that
+    names no stack package never builds one (the validated-data cache keeps their document apart,
+    so start-up does not even parse it), and a plan that names some builds only those and the
+    ones their builds require (``named``; ``names`` reads the ids and pip names without building).
 
-    __slots__ = ("_make", "_rows")
+    ``load`` returns the document's package mappings (schema-checked); ``make(item, i)`` builds
+    package ``i``. Iterating builds every package, in the document's order."""
 
-    def __init__(self, make) -> None:
-        self._make = make
-        self._rows: tuple[StackPackage, ...] | None = None
+    __slots__ = ("_built", "_items", "_load", "_make", "_names")
+
+    def __init__(self, load, make) -> None:
+        self._load, self._make = load, make
+        self._items: list | None = None
+        self._built: dict[int, StackPackage] = {}
+        self._names: tuple[tuple[str, str, tuple[str, ...]], ...] | None = None
+
+    def _raw(self) -> list:
+        if self._items is None:
+            self._items = list(self._load())
+        return self._items
+
+    def _one(self, i: int) -> StackPackage:
+        found = self._built.get(i)
+        if found is None:
+            found = self._built[i] = self._make(self._raw()[i], i)
+        return found
 
     def _get(self) -> tuple[StackPackage, ...]:
-        if self._rows is None:
-            self._rows = tuple(self._make())
-            self._make = None
-        return self._rows
+        return tuple(self._one(i) for i in range(len(self._raw())))
+
+    def names(self) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+        """(id, pip, the pip names of its distributions, "{flavour}" kept) of each package, unbuilt."""
+        if self._names is None:
+            self._names = tuple(
+                (str(p["id"]), str(p["pip"]), tuple(str(d["pip"]) for d in p["distributions"])) for p in self._raw()
+            )
+        return self._names
+
+    def named(self, ident: str) -> StackPackage | None:
+        """The package whose id or pip name is ``ident``, built alone."""
+        i = next((i for i, (pid, pip, _) in enumerate(self.names()) if ident in (pid, pip)), None)
+        return None if i is None else self._one(i)
 
     def __iter__(self):
         return iter(self._get())
 
     def __len__(self) -> int:
-        return len(self._get())
+        return len(self._raw())
 
     def __getitem__(self, index):
         return self._get()[index]
 
     def __bool__(self) -> bool:
-        return bool(self._get())
+        return bool(self._raw())
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, (LazyStacks, tuple)):
@@ -678,7 +705,7 @@ class LazyStacks:
         return hash(self._get())
 
     def __repr__(self) -> str:
-        return f"LazyStacks({'unbuilt' if self._rows is None else len(self._rows)})"
+        return f"LazyStacks({len(self._built)} built)"
 
     def __reduce__(self):
         return (tuple, (self._get(),))
@@ -890,12 +917,25 @@ class Matrix(NamedTuple):
         raise _unknown("framework", ident, [f.id for f in self.frameworks], "provision matrix frameworks")
 
     def stack(self, ident: str) -> StackPackage:
-        """A stack package kind by its id or its pip name (onnxruntime, onnxruntime-gpu)."""
-        for package in self.stacks:
-            if ident in (package.id, package.pip):
-                return package
-        names = {name: p.id for p in self.stacks for name in (p.id, p.pip)}
+        """A stack package kind by its id or its pip name (onnxruntime, onnxruntime-gpu); from a
+        LazyStacks, that package alone is built."""
+        if isinstance(self.stacks, LazyStacks):
+            found = self.stacks.named(ident)
+            if found is not None:
+                return found
+        else:
+            for package in self.stacks:
+                if ident in (package.id, package.pip):
+                    return package
+        names = {name: pid for pid, pip, _ in self.stack_names() for name in (pid, pip)}
         raise _unknown("stack package", ident, names, "provision matrix stacks")
+
+    def stack_names(self) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+        """(id, pip, the pip names of its distributions, "{flavour}" kept) of each stack package,
+        in the catalogue's order, without building the packages of a LazyStacks."""
+        if isinstance(self.stacks, LazyStacks):
+            return self.stacks.names()
+        return tuple((p.id, p.pip, tuple(d.pip for d in p.distributions)) for p in self.stacks)
 
     def mig_set(self, ident: str) -> MigProfileSet:
         for profile_set in self.mig:

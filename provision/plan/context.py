@@ -519,9 +519,11 @@ def _stack_framework(matrix: m.Matrix, given: str, *, refuse: bool = False) -> b
 
 
 def stack_named(matrix: m.Matrix, name: str) -> m.StackPackage | None:
-    """The stack package a NAME means: its id or its pip name (onnxruntime, onnxruntime-gpu), any case."""
+    """The stack package a NAME means: its id or its pip name (onnxruntime, onnxruntime-gpu), any
+    case (only that package is built: Matrix.stack)."""
     low = name.lower()
-    return next((p for p in matrix.stacks if low in (p.id, p.pip.lower())), None)
+    found = next((pid for pid, pip, _ in matrix.stack_names() if low in (pid, pip.lower())), None)
+    return None if found is None else matrix.stack(found)
 
 
 def needs_framework(matrix: m.Matrix, package: m.StackPackage) -> tuple[str, ...]:
@@ -542,7 +544,11 @@ def framework_ids(matrix: m.Matrix) -> tuple[str, ...]:
 def inference_frameworks(matrix: m.Matrix) -> tuple[m.StackPackage, ...]:
     """The stack packages that stand as an image's framework (--framework): those with a CUDA of
     their own that need no framework (ONNX Runtime, TensorRT)."""
-    return tuple(p for p in matrix.stacks if p.uses_cuda and not needs_framework(matrix, p))
+    return tuple(p for p in matrix.stacks if is_inference_framework(matrix, p))
+
+
+def is_inference_framework(matrix: m.Matrix, package: m.StackPackage) -> bool:
+    return package.uses_cuda and not needs_framework(matrix, package)
 
 
 def stack_pin(matrix: m.Matrix, given: str, role: str) -> StackPin:
@@ -554,7 +560,7 @@ def stack_pin(matrix: m.Matrix, given: str, role: str) -> StackPin:
     if mt is None:
         raise BadPin(f"{flag} {text!r} is not NAME or NAME==VERSION", hint=f"e.g. {flag} onnxruntime==1.20.1")
     package = stack_named(matrix, mt[1])
-    if package is None or (role == "framework" and package not in inference_frameworks(matrix)):
+    if package is None or (role == "framework" and not is_inference_framework(matrix, package)):
         known = [p.id for p in matrix.stacks] if role == "with" else list(framework_ids(matrix))
         raise UnknownId(
             f"unknown {'framework' if role == 'framework' else 'stack package'} {mt[1]!r}",

@@ -10,6 +10,7 @@ A rule takes the stage's question and a draft of the candidate and returns eithe
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -613,11 +614,18 @@ def spec_holds(spec: str | None, version: Version | str) -> bool:
     (clauses the version grammar does not read, such as ``!=3.9.*``, are left out)."""
     if not spec or not spec.strip():
         return True
+    readable = _readable_spec(spec)
+    return readable.contains(version) if readable is not None else True
+
+
+@functools.lru_cache(maxsize=512)
+def _readable_spec(spec: str):
+    """The clauses of a declared range the version grammar reads, parsed once (None: none)."""
     from provision.versions import VersionSpec
 
     clauses = [c.strip() for c in spec.split(",") if c.strip()]
     clean = ",".join(c for c in clauses if re.match(r"^(==|!=|>=|<=|>|<)\s*\d+(\.\d+)*$", c))
-    return VersionSpec(clean).contains(version) if clean else True
+    return VersionSpec(clean) if clean else None
 
 
 def sm_floor(package: m.StackPackage, release: m.StackRelease, build: m.StackBuild) -> tuple[str | None, str | None]:
@@ -824,11 +832,11 @@ def requires_packages(matrix: m.Matrix, draft: PackageDraft) -> tuple[tuple[m.St
     the unconditional ones; an extra (megatron-core[te]) the plan does not take is not among them."""
     out: list[tuple[m.StackPackage, str, str]] = []
     for name, spec in draft.build.requires:
-        for package in matrix.stacks:
-            if package.id == draft.package.id or any(p.id == package.id for p, _, _ in out):
+        for pid, pip, patterns in matrix.stack_names():  # only a package named is built
+            if pid == draft.package.id or any(p.id == pid for p, _, _ in out):
                 continue
-            if name == package.pip or any(_pattern_matches(x.pip, name) for x in package.distributions):
-                out.append((package, name, spec))
+            if name == pip or any(_pattern_matches(x, name) for x in patterns):
+                out.append((matrix.stack(pid), name, spec))
     return tuple(out)
 
 

@@ -636,3 +636,60 @@ def test_an_unknown_framework_s_hint_lists_the_catalogue_s_frameworks_and_infere
     result = cli("plan", "--os", "ubuntu22.04", "--gpu", "l4", "--framework", "jax")
     assert result.code == 2
     assert result.err.splitlines()[1] == f"hint: known: {', '.join(want)}"
+
+
+# -- start-up: a plan builds only the stack packages it touches (provision/matrix/cache.py) ----------
+@pytest.mark.parametrize(
+    ("framework", "with_", "built"),
+    [
+        ("pytorch", (), []),
+        ("pytorch", ("deepspeed", "onnxruntime"), ["deepspeed", "onnxruntime"]),
+        ("onnxruntime", (), ["onnxruntime"]),
+        ("pytorch", ("torch-tensorrt",), ["torch-tensorrt", "tensorrt"]),
+    ],
+)
+def test_a_cached_catalogue_builds_only_the_stack_packages_a_plan_touches(
+    tmp_path, monkeypatch, framework, with_, built
+):
+    from support import COMPAT
+
+    from provision.matrix import cache
+    from provision.matrix.loader import load_checked
+    from provision.matrix.model import LazyStacks
+
+    monkeypatch.setenv("PROVISION_CACHE_DIR", str(tmp_path / "cache"))
+    cache.load_cached(COMPAT)  # a miss: checked, then stored
+    made = []
+    build_stack = cache.build_stack
+    monkeypatch.setattr(cache, "build_stack", lambda item, i: made.append(item["id"]) or build_stack(item, i))
+    matrix = cache.load_cached(COMPAT)
+    assert isinstance(matrix.stacks, LazyStacks)
+    plan = resolve(matrix, PlanRequest(os="ubuntu22.04", gpu="h100-sxm", framework=framework, with_=with_))
+    assert made == built
+    assert [s.id for s in plan.stack] == built
+    # the plan is the one a catalogue built whole gives
+    whole = load_checked(COMPAT)[0]
+    assert plan == resolve(whole, PlanRequest(os="ubuntu22.04", gpu="h100-sxm", framework=framework, with_=with_))
+    # listing them builds the rest, each once, in the catalogue's order
+    assert matrix.stacks == whole.stacks
+    assert sorted(made) == sorted(p.id for p in whole.stacks)
+
+
+def test_a_stack_package_the_cache_cannot_build_is_checked_anew(tmp_path, monkeypatch):
+    import json as _json
+
+    from support import COMPAT
+
+    from provision.matrix import cache
+    from provision.matrix.loader import load_checked
+
+    monkeypatch.setenv("PROVISION_CACHE_DIR", str(tmp_path / "cache"))
+    cache.load_cached(COMPAT)
+    stacks = next(p for p in (tmp_path / "cache").iterdir() if p.name.startswith("stacks-"))
+    doc = _json.loads(stacks.read_text())
+    del doc["packages"][3]["releases"]  # valid JSON, a package that no longer builds
+    stacks.write_text(_json.dumps(doc))
+    matrix = cache.load_cached(COMPAT)
+    assert matrix.stack(doc["packages"][3]["id"]) == load_checked(COMPAT)[0].stack(doc["packages"][3]["id"])
+    stacks.write_text("{broken")
+    assert len(cache.load_cached(COMPAT).stacks) == len(doc["packages"])
