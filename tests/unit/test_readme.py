@@ -208,6 +208,7 @@ def test_the_docs_hold_the_moved_operator_sections():
     for name in (
         "plans",
         "hosts-and-images",
+        "stacks",
         "fleets",
         "images",
         "verification",
