@@ -29,7 +29,7 @@ def test_an_alias_added_to_the_data_is_taken(tmp_path):
     assert plan.framework.name == "tensorflow"
     with pytest.raises(UnknownId) as refused:
         resolve(matrix, PlanRequest("ubuntu22.04", "h100-sxm", framework="jax"))
-    assert refused.value.hint == "known: pytorch, tensorflow"
+    assert refused.value.hint == "known: pytorch, tensorflow, onnxruntime, tensorrt"
 
 
 def test_a_shared_alias_is_an_invariant_problem(tmp_path):
