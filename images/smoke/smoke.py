@@ -8,11 +8,12 @@ written by `provision render`); run it as `python /opt/provision/smoke.py`. Chec
   TensorRT where TensorRT is planned);
 - PyTorch: torch.cuda.is_available(), and torch.backends.cudnn.version()'s major is the plan's;
 - TensorFlow: a GPU is listed by tf.config.list_physical_devices("GPU");
-- DeepSpeed: nvcc's CUDA is torch's (op_builder's assert_no_cuda_mismatch) and the promised ops are
-  compatible (ds_report's is_compatible()).
+- DeepSpeed: nvcc's CUDA is torch's (op_builder's assert_no_cuda_mismatch: needs nvcc and torch
+  only, so it runs with or without a GPU) and the promised ops are compatible (ds_report's
+  is_compatible(), with a GPU).
 
 Without a GPU (no GPU device node, or CUDA not available) it runs what it can (imports, versions,
-the providers listed), prints each check it skipped and why, and exits 0 when those pass. With a GPU,
+the providers listed, DeepSpeed's nvcc against torch.version.cuda), prints each check it skipped and why, and exits 0 when those pass. With a GPU,
 any failed promise exits 1. Exit 2: smoke.json is missing or not a promise document.
 
 Standard library only, and Python 3.6 syntax: it runs in every image the templates render.
@@ -135,20 +136,23 @@ def check_tensorflow(tf, gpu, report):
 
 
 def check_deepspeed(promise, cuda, report):
-    if not cuda:
-        for op in promise["ops"]:
-            report.skip("deepspeed op " + op + " compatible", "no GPU")
-        report.skip("deepspeed nvcc matches torch.version.cuda", "no GPU")
-        return
+    # nvcc against torch.version.cuda needs neither a GPU nor CUDA at run time, only the image's nvcc
+    # and torch: it runs everywhere ("Installed CUDA version X does not match the version torch was
+    # compiled with"); the ops' compatibility is asked of a device, and waits for one.
     try:
-        from deepspeed.ops.op_builder.all_ops import ALL_OPS
         from deepspeed.ops.op_builder.builder import assert_no_cuda_mismatch
 
         assert_no_cuda_mismatch("provision-smoke")
         report.ok("deepspeed: nvcc's CUDA matches torch.version.cuda")
     except Exception as exc:
-        report.fail("deepspeed's CUDA check: " + type(exc).__name__ + ": " + str(exc).splitlines()[0][:300])
+        report.fail("deepspeed's CUDA check: " + type(exc).__name__ + ": " + str(exc).strip().splitlines()[0][:300])
         return
+    if not cuda:
+        for op in promise["ops"]:
+            report.skip("deepspeed op " + op + " compatible", "no GPU")
+        return
+    from deepspeed.ops.op_builder.all_ops import ALL_OPS
+
     for op in promise["ops"]:
         builder = ALL_OPS.get(op)
         if builder is None:

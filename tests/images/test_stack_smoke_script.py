@@ -102,16 +102,17 @@ def test_without_a_gpu_it_runs_what_it_can_and_names_what_it_skipped(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "ok: import deepspeed" in r.stdout
     assert "ok: onnxruntime provider TensorrtExecutionProvider" in r.stdout
+    assert "ok: deepspeed: nvcc's CUDA matches torch.version.cuda" in r.stdout, "nvcc needs no GPU"
     last = r.stdout.strip().splitlines()[-1]
-    assert last.startswith("smoke: 0 failed, 5 skipped: ")
+    assert last.startswith("smoke: 0 failed, 4 skipped: ")
     for skipped in (
         "torch.cuda.is_available()",
         "torch.backends.cudnn.version()",
         "deepspeed op fused_adam compatible",
         "deepspeed op cpu_adam compatible",
-        "deepspeed nvcc matches torch.version.cuda",
     ):
         assert skipped in last
+    assert "nvcc" not in last
 
 
 @pytest.mark.parametrize(
@@ -123,6 +124,12 @@ def test_without_a_gpu_it_runs_what_it_can_and_names_what_it_skipped(tmp_path):
         (
             True,
             {"nvcc_ok": False},
+            "FAIL: deepspeed's CUDA check: CUDAMismatchException: Installed CUDA version 12.1",
+            1,
+        ),
+        (
+            False,
+            {"nvcc_ok": False, "cuda": False},
             "FAIL: deepspeed's CUDA check: CUDAMismatchException: Installed CUDA version 12.1",
             1,
         ),
@@ -158,3 +165,58 @@ def test_a_bad_promise_document_is_exit_2(tmp_path, content):
     )
     assert r.returncode == 2
     assert r.stdout.startswith("error: ")
+
+
+def deepspeeds_own_check(tmp_path: Path, *, nvcc_release: str, torch_cuda: str) -> subprocess.CompletedProcess:
+    """No GPU, the image's nvcc (CUDA_HOME/bin/nvcc printing `nvcc -V`'s release line) and torch's
+    version.cuda: DeepSpeed's op builder as the stand-in sdist carries it (stackhouse.DS_BUILDER,
+    nvcc found under CUDA_HOME as torch finds it, no minor mismatch accepted)."""
+    from stackhouse import DS_BUILDER
+
+    site = tmp_path / "site"
+    stand_ins(site, cuda=False)
+    (site / "torch" / "__init__.py").write_text(
+        f"from torch import cuda, backends\n__version__ = '2.5.1'\nclass version:\n    cuda = {torch_cuda!r}\n"
+    )
+    (site / "deepspeed/ops/op_builder/builder.py").write_text(DS_BUILDER.format(mismatch_ok={}))
+    home = tmp_path / "cuda"
+    (home / "bin").mkdir(parents=True)
+    nvcc = home / "bin" / "nvcc"
+    nvcc.write_text(
+        "#!/bin/sh\necho 'nvcc: NVIDIA (R) Cuda compiler driver'\n"
+        f"echo 'Cuda compilation tools, release {nvcc_release}, V{nvcc_release}.105'\n"
+    )
+    nvcc.chmod(0o755)
+    doc = tmp_path / "smoke.json"
+    doc.write_text(json.dumps(PROMISES))
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(site),
+        "PROVISION_SMOKE_DEVICE": str(tmp_path / "nvidia0"),
+        "CUDA_HOME": str(home),
+    }
+    return subprocess.run(
+        [sys.executable, "-S", str(SMOKE), str(doc)], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
+
+
+def test_deepspeeds_nvcc_trap_is_caught_without_a_gpu(tmp_path):
+    """The issue's nvcc trap, with no GPU: an nvcc of CUDA 12.1 beside a torch built with 12.4 fails
+    with DeepSpeed's own message; the op checks, which need a device, are not reached."""
+    r = deepspeeds_own_check(tmp_path, nvcc_release="12.1", torch_cuda="12.4")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "no GPU: " in r.stdout
+    assert (
+        "FAIL: deepspeed's CUDA check: CUDAMismatchException: >- DeepSpeed Op Builder: Installed CUDA version "
+        "12.1 does not match the version torch was compiled with 12.4" in r.stdout
+    )
+    assert "smoke: 1 failed, 2 skipped" in r.stdout
+    assert "deepspeed op" not in r.stdout
+
+
+def test_deepspeeds_matching_nvcc_passes_without_a_gpu(tmp_path):
+    r = deepspeeds_own_check(tmp_path, nvcc_release="12.4", torch_cuda="12.4")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "ok: deepspeed: nvcc's CUDA matches torch.version.cuda" in r.stdout
+    assert "skipped: deepspeed op fused_adam compatible (no GPU)" in r.stdout
+    assert "smoke: 0 failed, 4 skipped" in r.stdout

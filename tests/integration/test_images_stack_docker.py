@@ -9,7 +9,7 @@ the plan's devel image: the local Debian base (as in test_images_docker.py, the 
 cached base) with an nvcc that reports the plan's CUDA where NVIDIA's devel images keep it
 (/usr/local/cuda/bin, on PATH), and pip pointed at the test index (PIP_INDEX_URL), as a site's mirror
 of nvidia/cuda points pip at its package mirror. The smoke test then runs in the container with no
-GPU: imports and versions pass, and it says what it skipped.
+GPU: imports, versions and DeepSpeed's nvcc against torch.version.cuda pass, and it says what it skipped.
 """
 
 import json
@@ -144,6 +144,8 @@ def check_smoke_test(engine, image_id: str, doc: dict) -> None:
     assert "ok: onnxruntime provider CUDAExecutionProvider" in out, out
     assert "skipped: torch.cuda.is_available() (no GPU" in out, out
     assert "skipped: deepspeed op fused_adam compatible (no GPU)" in out, out
+    # DeepSpeed's nvcc-vs-torch check needs no GPU: it runs against the image's nvcc
+    assert "ok: deepspeed: nvcc's CUDA matches torch.version.cuda" in out, out
     summary = out.strip().splitlines()[-1]
     assert summary.startswith("smoke: 0 failed, "), summary
     assert "torch.cuda.is_available()" in summary, "the summary names what it skipped"
