@@ -97,12 +97,19 @@ def _variant(variant: str, templates: str | None) -> dict[str, Any]:
     return known[variant]
 
 
-def _satisfies(version: str, spec: str) -> bool:
-    from provision.versions import DottedVersion, VersionSpec
+def _satisfies(version: str, spec: str, who: str = "the framework's") -> bool:
+    """Whether an interpreter (``3.11``) is in a declared Requires-Python range (``>=3.11,<3.15``).
+    Every clause counts (!=3.9.*, ~=3.10 included); a range that is not PEP 440 is refused, never
+    read as "any Python"."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-    clauses = [c.strip() for c in spec.split(",") if c.strip()]
-    clean = ",".join(c for c in clauses if re.match(r"^(==|!=|>=|<=|>|<)\s*\d+(\.\d+)*$", c))
-    return VersionSpec(clean).contains(DottedVersion(version)) if clean else True
+    try:
+        return SpecifierSet(spec).contains(version, prereleases=True)
+    except InvalidSpecifier:
+        raise InputError(
+            f"{who} Requires-Python {spec!r} is not a version range",
+            hint="re-plan with this provision (the catalogue's ranges are PEP 440 specifiers)",
+        ) from None
 
 
 def content_digest(files: dict[str, str]) -> str:
@@ -478,11 +485,11 @@ def _pythons(image_os: dict[str, Any], requires: str | None, os_name: str, stack
     """The OS's first interpreter that satisfies the framework wheel's Requires-Python and every
     stack package's declared range (PlanStackPackage.requires_python, where the build declares one)."""
     ranges = [(requires, "the framework's")] if requires else []
-    ranges += [(r, f"{p.id} {p.version}'s") for p in stack if (r := getattr(p, "requires_python", None))]
+    ranges += [(r, f"{p.id} {p.version}'s") for p in stack if (r := p.requires_python)]
     if not ranges:
         return image_os["python"][0]
     for option in image_os["python"]:
-        if all(_satisfies(option["version"], r) for r, _ in ranges):
+        if all(_satisfies(option["version"], r, who) for r, who in ranges):
             return option
     offered = ", ".join(o["version"] for o in image_os["python"])
     wants = "; ".join(f"{who} Requires-Python {r}" for r, who in ranges)
