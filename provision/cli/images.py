@@ -184,8 +184,8 @@ def build_cmd(
 
     A base given by digest (--base-digests, or --base-image REF@sha256:…) is pulled by that digest
     first; with --base-digests an image that builds sdists builds them FROM the plan's devel tag at
-    its pinned digest too (a file without it is refused, exit 2). image.lock.json records the base and its digest, the image id, the requirements' digest
-    and the pushed repository digests (schema: provision/images/schema/image-lock.schema.json).
+    its pinned digest too (a file without it is refused, exit 2). image.lock.json records the base and its digest, the build stage's base and its digest
+    (build_base, null without one), the image id, the requirements' digest and the pushed repository digests (schema: provision/images/schema/image-lock.schema.json).
     Warns when the plan's nvidia/cuda tag is past NVIDIA's end of life.
 
     Exit 1 when the build fails (the failing step and the end of its log are shown), 2 when a
@@ -266,6 +266,11 @@ def build_cmd(
         repo_digests=digests,
         from_ref=rendered.from_ref,
         base_digest=base_digest(rendered.from_ref, docker_client=api),
+        build_base=(
+            {"image": rendered.build_from, "digest": base_digest(rendered.build_from, docker_client=api)}
+            if rendered.build_from
+            else None
+        ),
         requirements=requirements,
     )
     click.echo(f"built {result.image_id} from {rendered.from_ref}")

@@ -12,7 +12,7 @@ from provision.errors import InputError, OperationFailed, ToolingError
 
 STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
 TAIL = 25
-LOCK_SCHEMA_VERSION = 2
+LOCK_SCHEMA_VERSION = 3  # 3: build_base, the sdist build stage's base and its digest
 LOCK_SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "schema", "image-lock.schema.json")
 DIGEST_REF = re.compile(
     r"^(?P<name>[^@]+?)(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?@(?P<digest>sha256:[a-f0-9]{64})$"
@@ -231,13 +231,15 @@ def image_lock(
     repo_digests: tuple[str, ...],
     from_ref: str,
     base_digest: str | None,
+    build_base: dict[str, str | None] | None,
     requirements: dict[str, str] | None,
     plans: list[dict[str, str]] | None = None,
     content_digest: str | None = None,
 ) -> dict[str, Any]:
     """The image lock document, held to provision/images/schema/image-lock.schema.json.
 
-    A CI job builds one image for every plan that renders the same context: `plans` lists them
+    `build_base` is the sdist build stage's FROM and its registry digest ({"image", "digest"}: what
+    the built wheels were compiled on), None for an image without a build stage. A CI job builds one image for every plan that renders the same context: `plans` lists them
     (path and digest; `plan_digest` is the first) and `content_digest` names the context."""
     doc: dict[str, Any] = {
         "schema": LOCK_SCHEMA_VERSION,
@@ -245,6 +247,7 @@ def image_lock(
         "variant": variant,
         "base_image": from_ref,
         "base_digest": base_digest,
+        "build_base": build_base,
         "image_id": result.image_id,
         "requirements": requirements,
         "tags": list(result.tags),

@@ -342,7 +342,7 @@ def record_image_lock(
         entries.append({"path": path, "digest": read_checked_plan(path, matrix).digest()})
     if not entries:
         raise InputError("--plans names no plan", hint="the job's plans, separated by spaces")
-    base = _from_line(context)
+    base, build_from = _from_lines(context)
     return write_image_lock(
         out,
         plan_digest=entries[0]["digest"],
@@ -351,6 +351,7 @@ def record_image_lock(
         repo_digests=(f"{repo}@{digest}",) if pushed == "true" else (),
         from_ref=base,
         base_digest=split_ref(base)[2],
+        build_base={"image": build_from, "digest": split_ref(build_from)[2]} if build_from else None,
         requirements=requirements_digest(context),
         plans=entries,
         content_digest=context_digest(context),
@@ -366,9 +367,10 @@ def _read_metadata(path: str) -> dict[str, Any]:
     return meta
 
 
-def _from_line(context: str) -> str:
+def _from_lines(context: str) -> tuple[str, str | None]:
     """The base the context's image starts FROM: its final stage's (a Dockerfile with an sdist build
-    stage starts that stage `FROM <devel> AS build` first; the image is the one unnamed stage, last)."""
+    stage starts that stage `FROM <devel> AS build` first; the image is the one unnamed stage, last),
+    and the build stage's base (None without one)."""
     from provision.documents import read_text
 
     text = read_text(os.path.join(context, "Dockerfile"), "the build context's Dockerfile")
@@ -380,7 +382,8 @@ def _from_line(context: str) -> str:
             f"{context}/Dockerfile is not a rendered image: its image FROM line is not one and last",
             hint="render it with provision render",
         )
-    return froms[-1][0]
+    build = [words[0] for words in stages if words[2] == "build"]
+    return froms[-1][0], (build[0] if build else None)
 
 
 def default_matrix():

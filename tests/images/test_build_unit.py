@@ -105,6 +105,7 @@ def lock_fields(**overrides):
         "repo_digests": (f"registry.local:5000/gpu@{PUSHED}",),
         "from_ref": f"registry.local:5000/nvidia/cuda:12.4.1-base-ubuntu22.04@{BASE_DIGEST}",
         "base_digest": BASE_DIGEST,
+        "build_base": None,
         "requirements": {"file": "requirements.lock", "digest": "sha256:" + "e" * 64},
     }
     fields.update(overrides)
@@ -118,11 +119,12 @@ def test_image_lock_matches_its_published_schema(tmp_path):
     write_image_lock(str(path), **lock_fields())
     doc = json.loads(path.read_text())
     assert doc == {
-        "schema": 2,
+        "schema": 3,
         "plan_digest": "sha256:" + "d" * 64,
         "variant": "base",
         "base_image": f"registry.local:5000/nvidia/cuda:12.4.1-base-ubuntu22.04@{BASE_DIGEST}",
         "base_digest": BASE_DIGEST,
+        "build_base": None,
         "image_id": IMAGE_ID,
         "requirements": {"file": "requirements.lock", "digest": "sha256:" + "e" * 64},
         "tags": ["registry.local:5000/gpu:a", "registry.local:5000/gpu:b"],
@@ -140,6 +142,27 @@ def test_image_lock_matches_its_published_schema(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def test_image_lock_records_the_build_stage_base(tmp_path):
+    """An image with an sdist build stage: its base and digest beside the image's (schema 3)."""
+    import jsonschema
+
+    devel = f"registry.local:5000/nvidia/cuda:12.4.1-devel-ubuntu22.04@{BASE_DIGEST}"
+    path = tmp_path / "image.lock.json"
+    write_image_lock(str(path), **lock_fields(build_base={"image": devel, "digest": BASE_DIGEST}))
+    doc = json.loads(path.read_text())
+    assert doc["build_base"] == {"image": devel, "digest": BASE_DIGEST}
+    schema = json.loads(LOCK_SCHEMA.read_text())
+    jsonschema.Draft202012Validator(schema).validate(doc)
+    local = {**doc, "build_base": {"image": "base:1", "digest": None}}  # never from a registry
+    jsonschema.Draft202012Validator(schema).validate(local)
+    for bad in ({"image": devel}, {"image": devel, "digest": BASE_DIGEST, "x": 1}, "devel:1"):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.Draft202012Validator(schema).validate({**doc, "build_base": bad})
+    without = {k: v for k, v in doc.items() if k != "build_base"}
+    with pytest.raises(jsonschema.ValidationError, match="'build_base' is a required property"):
+        jsonschema.Draft202012Validator(schema).validate(without)
+
+
 def test_image_lock_without_push_or_requirements(tmp_path):
     path = tmp_path / "image.lock.json"
     write_image_lock(str(path), **lock_fields(repo_digests=(), requirements=None, base_digest=None, from_ref="base:1"))
@@ -151,6 +174,8 @@ def test_image_lock_without_push_or_requirements(tmp_path):
     ("override", "field"),
     [
         ({"base_digest": "sha256:short"}, "base_digest"),
+        ({"build_base": {"image": "FROM x AS build", "digest": None}}, "build_base"),
+        ({"build_base": {"image": "devel:1", "digest": "sha256:short"}}, "build_base"),
         ({"result": BuildResult("feed", ("r:a",), (), ())}, "image_id"),
         ({"repo_digests": ("r:a",)}, "repo_digests.0"),
         ({"from_ref": "FROM base\nRUN x"}, "base_image"),

@@ -301,6 +301,7 @@ def test_image_lock_records_every_plan_of_the_image(cli, repo, monkeypatch):
         f"ghcr.io/acme/gpu:base-cuda{CUDA}-ubuntu22.04",
     ]
     assert doc["base_image"] == f"nvidia/cuda:{CUDA}-base-ubuntu22.04"
+    assert doc["build_base"] is None, "the base image has no sdist build stage"
     assert doc["content_digest"] == cli("ci", "context-digest", "ctx").out.strip()
     schema = Path(__file__).resolve().parents[2] / "provision" / "images" / "schema" / "image-lock.schema.json"
     lint(str(BIN / "check-jsonschema"), "--schemafile", str(schema), str(repo / "a.json"))

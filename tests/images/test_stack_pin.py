@@ -124,7 +124,7 @@ def fake_engine(monkeypatch, seen: dict):
     monkeypatch.setattr(build, "client", lambda docker_client=None: mock.Mock())
     monkeypatch.setattr(build, "pull_base", lambda ref, **kw: seen.setdefault("pulled", []).append(ref))
     monkeypatch.setattr(build, "build_image", build_image)
-    monkeypatch.setattr(build, "base_digest", lambda ref, **kw: ref.rpartition("@")[2] or None)
+    monkeypatch.setattr(build, "base_digest", lambda ref, **kw: ref.rpartition("@")[2] if "@" in ref else None)
 
 
 def test_build_from_base_digests_pins_and_pulls_the_build_stage_base(cli, monkeypatch, trt_plan, tmp_path):
@@ -149,6 +149,28 @@ def test_build_from_base_digests_pins_and_pulls_the_build_stage_base(cli, monkey
     assert seen["pulled"] == [devel, base], "both bases pulled by digest before the build"
     doc = json.loads((tmp_path / "image.lock.json").read_text())
     assert (doc["base_image"], doc["base_digest"]) == (base, DIGEST)
+    assert doc["build_base"] == {"image": devel, "digest": DEVEL_DIGEST}, "the build stage's base, by digest"
+    check_lock_schema(tmp_path / "image.lock.json")
+
+
+def check_lock_schema(path: Path) -> None:
+    import jsonschema
+
+    schema = Path(__file__).resolve().parents[2] / "provision" / "images" / "schema" / "image-lock.schema.json"
+    jsonschema.Draft202012Validator(json.loads(schema.read_text())).validate(json.loads(path.read_text()))
+
+
+def test_build_without_a_build_stage_records_no_build_base(cli, monkeypatch, tmp_path, on_fixture_catalogue):
+    path = tmp_path / "plan.lock.json"
+    assert cli("plan", "--os", "ubuntu22.04", "--gpu", "h100-sxm", "--lock", str(path)).code == 0
+    seen: dict = {}
+    fake_engine(monkeypatch, seen)
+    r = cli("build", "--plan", str(path), "--image-lock", str(tmp_path / "image.lock.json"))
+    assert r.code == 0, r
+    doc = json.loads((tmp_path / "image.lock.json").read_text())
+    assert " AS build" not in seen["dockerfile"]
+    assert doc["build_base"] is None
+    check_lock_schema(tmp_path / "image.lock.json")
 
 
 @pytest.mark.usefixtures("on_tool_index", "on_ci_catalogue")
@@ -190,7 +212,10 @@ def test_ci_builds_the_stage_from_its_digest_and_locks_the_image(cli, tmp_path, 
     lock = ["ci", "image-lock", "--context", "ctx", "--plans", job["plans"], "--variant", job["variant"]]
     r = cli(*lock, "--repo", "ghcr.io/acme/gpu", *tags, "--pushed", "false", "--out", "image.lock.json")
     assert r.code == 0, r
-    assert json.loads((tmp_path / "image.lock.json").read_text())["base_image"] == job["base"]
+    doc = json.loads((tmp_path / "image.lock.json").read_text())
+    assert doc["base_image"] == job["base"]
+    assert doc["build_base"] == {"image": job["build_base"], "digest": DEVEL_DIGEST}
+    check_lock_schema(tmp_path / "image.lock.json")
     # the GitLab pipeline hands its jobs the same variable
     r = cli("ci", "gitlab", "--plan", "plans/trt.lock.json", "--base-digests", "bases.json", "--out", ".gitlab-ci.yml")
     assert r.code == 0, r

@@ -122,7 +122,10 @@ def test_stack_image_builds_its_sdists_and_passes_its_smoke_test(engine, local_b
         built = time.monotonic()
         assert f"FROM {base} AS build" in proc.stdout, "the sdist build stage starts from the devel image"
         assert "--no-build-isolation" in proc.stdout
-        image_id = json.loads(lock.read_text())["image_id"]
+        image_lock = json.loads(lock.read_text())
+        image_id = image_lock["image_id"]
+        # the build stage's base is recorded beside the image's (a local stand-in: no registry digest)
+        assert image_lock["build_base"] == {"image": base, "digest": None}, image_lock
         check_smoke_test(engine, image_id, doc)
         check_deepspeed_built_here(engine, image_id, doc)
         check_no_build_leftovers(engine, image_id, doc)
