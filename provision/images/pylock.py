@@ -24,8 +24,9 @@ RESOLVE_TIMEOUT_S = 600
 ARCHES = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
 INSTALL = "pip install --require-hashes --no-deps --only-binary=:all: -r requirements.lock"
 INSTALL_STACK = (
-    "the sdists (sdists.lock) built by pip wheel --no-deps --no-build-isolation --require-hashes, "
-    "the rest (wheels.lock) by " + INSTALL.replace("requirements.lock", "wheels.lock")
+    "the sdists (sdists.lock) built by pip wheel --no-deps --no-build-isolation --require-hashes "
+    "in the build stage, with what only their builds need (build.lock); the rest (wheels.lock) by "
+    + INSTALL.replace("requirements.lock", "wheels.lock")
 )
 # What an sdist built with isolation off needs when its [build-system] names nothing: PEP 517's
 # fallback (setuptools' legacy backend, which pip runs through setuptools>=40.8.0), and wheel for
@@ -85,6 +86,8 @@ class LockTarget(NamedTuple):
     library_index: str | None = None
     # distributions locked as sdists (their hashes pinned; uv may read their metadata): all else is wheels
     sdists: tuple[str, ...] = ()
+    # the sdists' build requirements that are none of the image's own requirements (canonical names)
+    build: tuple[str, ...] = ()
 
     @property
     def extra_indexes(self) -> tuple[str, ...]:
@@ -96,6 +99,8 @@ class Lock(NamedTuple):
     text: str  # the file, byte for byte
     pins: dict[str, str]  # canonical name -> version
     note: str | None  # what the resolution had to do, e.g. take a post-release
+    # pins only the sdists' builds need (build_only): the build stage installs them, the image not
+    build_only: tuple[str, ...] = ()
 
 
 def check_index_url(url: str, what: str) -> str:
@@ -244,6 +249,7 @@ def lock_target(
             if requirement not in needs and requirement not in requirements:
                 needs.append(_check_build_requirement(requirement))
     constraints = plan_constraints(fw) if fw is not None else ()
+    own = {_requirement_key(r) for r in requirements}
     return LockTarget(
         requirements[0],
         python,
@@ -253,7 +259,14 @@ def lock_target(
         tuple(requirements[1:] + needs),
         stack_library_index(stack),
         sdists,
+        tuple(dict.fromkeys(k for r in needs if (k := _requirement_key(r)) not in own)),
     )
+
+
+def _requirement_key(text: str) -> str:
+    """The canonical distribution name a requirement (checked before) names."""
+    m = re.match(rf"\s*({_NAME})", text)
+    return _canonical(m[1]) if m else text
 
 
 def _check_build_requirement(text: str) -> str:
@@ -704,16 +717,79 @@ def image_lock(
     """The lock for a framework or stack image: the committed one (checked), or a fresh resolution."""
     target = lock_target(fw, python=python, platform=platform, stack=stack)
     if lock_file is not None:
-        return read_lock_file(lock_file, fw, stack, target)
-    return resolve_lock(target, index or PackageIndex.default(), fw, stack)
+        lock = read_lock_file(lock_file, fw, stack, target)
+    else:
+        lock = resolve_lock(target, index or PackageIndex.default(), fw, stack)
+    return lock._replace(build_only=build_only(lock.text, target))
 
 
-def split_lock(text: str, sdists: tuple[str, ...]) -> tuple[str, str]:
-    """A checked lock as two files pip reads the same way: the wheels (installed with
-    --only-binary=:all:) and the sdists (built with pip wheel). Each is pip's logical lines of the
+_VIA_ONE = re.compile(r"^\s+# via (?P<what>\S.*)$")
+_VIA_MORE = re.compile(r"^\s+#   (?P<what>\S.*)$")
+
+
+def via_annotations(text: str) -> dict[str, set[str]]:
+    """uv's `# via` annotations of a lock: canonical pin name -> what brought it (canonical package
+    names, `-r` for the requirements given, `-c` for a constraint). A pin without one is absent."""
+    via: dict[str, set[str]] = {}
+    current: str | None = None
+    listing = False
+    for line in text.split("\n"):
+        m = _PIN.match(line)
+        if m:
+            current, listing = _canonical(m["name"]), False
+            continue
+        if current is None:
+            continue
+        if line.strip() == "# via":
+            listing = True
+            continue
+        found = _VIA_ONE.match(line) or (_VIA_MORE.match(line) if listing else None)
+        if found:
+            what = found["what"].strip()
+            if what.startswith(("-r ", "-c ")):
+                key = what[:2]
+            else:
+                name = re.match(rf"({_NAME})", what)
+                key = _canonical(name[1]) if name else what
+            via.setdefault(current, set()).add(key)
+        elif not line.startswith(" ") and line.strip():
+            current, listing = None, False
+    return via
+
+
+def build_only(text: str, target: LockTarget) -> tuple[str, ...]:
+    """The pins that only the sdists' builds need (canonical names, in the lock's order): what
+    target.build brings in (setuptools and wheel, the catalogue's build requirements) and nothing
+    the image's own requirements bring in, read from uv's `# via` annotations. A pin the image's
+    requirements name, a pin without annotations (a hand-written lock), and everything they
+    depend on stay in the image: only what the annotations prove build-only leaves it."""
+    if not target.build:
+        return ()
+    pins = parse_lock(text, "the lock")
+    via = via_annotations(text)
+    needed_by: dict[str, set[str]] = {}  # package -> the pins it requires
+    for pin, sources in via.items():
+        for source in sources:
+            needed_by.setdefault(source, set()).add(pin)
+    build = set(target.build)
+    runtime = [p for p in pins if p not in via or ("-r" in via[p] and p not in build)]
+    seen = set(runtime)
+    while runtime:
+        for dep in needed_by.get(runtime.pop(), ()):
+            if dep not in seen:
+                seen.add(dep)
+                runtime.append(dep)
+    return tuple(p for p in pins if p not in seen)
+
+
+def split_lock(text: str, sdists: tuple[str, ...], build: tuple[str, ...] = ()) -> tuple[str, str, str]:
+    """A checked lock as three files pip reads the same way: the image's wheels (installed with
+    --only-binary=:all:), the sdists (built with pip wheel) and the wheels only the sdists' builds
+    need (`build`, build_only's names: installed in the build stage only). Each is pip's logical lines of the
     lock (continuations joined, comments dropped), one requirement with its hashes per line."""
     wheels: list[str] = []
     sources: list[str] = []
+    builds: list[str] = []
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()
@@ -723,5 +799,6 @@ def split_lock(text: str, sdists: tuple[str, ...]) -> tuple[str, str]:
         if m is None:  # parse_lock refuses such a lock before it gets here
             raise InputError("the lock holds a line that is not a pin", hint="check it with provision render")
         entry = " ".join([requirement.strip(), *(t for t in options.split(" ") if t)])
-        (sources if _canonical(m["name"]) in sdists else wheels).append(entry)
-    return "".join(w + "\n" for w in wheels), "".join(s + "\n" for s in sources)
+        name = _canonical(m["name"])
+        (sources if name in sdists else builds if name in build else wheels).append(entry)
+    return tuple("".join(line + "\n" for line in part) for part in (wheels, sources, builds))

@@ -386,20 +386,23 @@ def render_image(
     )
 
 
-WHEELS_LOCK, SDISTS_LOCK = "wheels.lock", "sdists.lock"  # requirements.lock split for a build stage
+# requirements.lock split for a build stage: the image's wheels, the sdists, the wheels only their builds need
+WHEELS_LOCK, SDISTS_LOCK, BUILD_LOCK = "wheels.lock", "sdists.lock", "build.lock"
 HASH_WHEELS = "hash_wheels.py"  # the build stage's record of the wheels it built (their sha256)
 SMOKE, SMOKE_PROMISES = "smoke.py", "smoke.json"
 
 
 def _lock_files(plan: Plan, lock, sdists, *, fw, stack, smoke: bool) -> dict[str, str]:
     """The context's files besides the Dockerfile: the lock (split for a build stage where the image
-    builds sdists, with the script that records the built wheels' hashes), the smoke test and its promises."""
+    builds sdists: wheels.lock for the image, sdists.lock and build.lock for the stage only, with the
+    script that records the built wheels' hashes), the smoke test and its promises."""
     files: dict[str, str] = {}
     if lock is None:
         return files
     files[LOCK_NAME] = lock.text
     if sdists:
-        files[WHEELS_LOCK], files[SDISTS_LOCK] = split_lock(lock.text, sdists)
+        # the build requirements only the sdists' builds need (setuptools, wheel) stay in the build stage
+        files[WHEELS_LOCK], files[SDISTS_LOCK], files[BUILD_LOCK] = split_lock(lock.text, sdists, lock.build_only)
         files[HASH_WHEELS] = _image_file("files", HASH_WHEELS)
     if smoke:
         files[SMOKE] = _image_file("smoke", SMOKE)

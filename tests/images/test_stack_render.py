@@ -124,9 +124,12 @@ def test_deepspeed_sdist_is_locked_by_hash_and_built_in_a_devel_stage(training_p
     assert pins["torch"].split("+")[0] == plan.framework.version
     assert {"setuptools", "wheel"} <= set(pins), "the sdist's build requirements are locked too"
     sdist = files / f"deepspeed-{ds.install}.tar.gz"
-    wheels, sdists = split_lock(lock, ("deepspeed",))
+    wheels, sdists, build = split_lock(lock, ("deepspeed",), ("setuptools", "wheel"))
     assert r.files["sdists.lock"] == sdists
     assert r.files["wheels.lock"] == wheels
+    assert r.files["build.lock"] == build
+    assert [ln.split("==")[0] for ln in build.splitlines()] == ["setuptools", "wheel"], "the build's only"
+    assert not {"setuptools", "wheel"} & {ln.split("==")[0] for ln in wheels.splitlines()}, "not in the image"
     assert sdists == f"deepspeed=={ds.install} --hash=sha256:{hashlib.sha256(sdist.read_bytes()).hexdigest()}\n"
     assert "deepspeed" not in wheels
     assert f"torch=={pins['torch']} " in wheels
@@ -141,9 +144,13 @@ def test_deepspeed_sdist_is_locked_by_hash_and_built_in_a_devel_stage(training_p
         "--wheel-dir /tmp/wheels -r /tmp/lock/sdists.lock" in df
     )
     assert "COPY --from=build /tmp/wheels /tmp/wheels" in df
+    assert "COPY wheels.lock build.lock sdists.lock hash_wheels.py /tmp/lock/" in df
+    assert "-r /tmp/lock/wheels.lock -r /tmp/lock/build.lock" in df, "the build stage installs both"
     assert "--no-index --find-links /tmp/wheels -r /tmp/wheels/built.lock" in df
     runtime = df[df.index(f"FROM {devel}\n") :]
     assert "pip wheel" not in runtime, "nothing is built in the runtime stage"
+    assert "build.lock" not in runtime, "the runtime installs the runtime closure only"
+    assert "COPY wheels.lock /tmp/requirements.lock" in runtime
     assert "gcc g++ libc6-dev python3" in runtime, "torch.compile's compilers and the Python headers"
     assert r.labels["io.provision.stack"] == " ".join(p.requirement for p in plan.stack)
     assert "COPY smoke.py smoke.json /opt/provision/" in runtime

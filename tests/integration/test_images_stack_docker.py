@@ -174,14 +174,15 @@ def check_deepspeed_built_here(engine, image_id: str, doc: dict) -> None:
 
 def check_no_build_leftovers(engine, image_id: str, doc: dict) -> None:
     """Nothing of the build stage is in the runtime image: no sdist, lock, built wheel, build folder
-    or pip cache, and no layer of the build stage in its history."""
+    or pip cache, no layer of the build stage in its history, and none of the packages only the
+    sdist's build needed."""
     sdists = [name for p in doc["stack"] for name, kind in p["distributions"] if kind == "sdist"]
     assert sdists, "the plan builds an sdist"
     patterns = [re.sub(r"[-_.]+", "[-_.]", n) for n in sdists]
     names = " ".join(f"-o -name '{p}-*.{ext}'" for p in patterns for ext in ("tar.gz", "whl", "egg-info"))
     script = (
         "ls -A /tmp; "  # the build stage's folders (/tmp/lock, /tmp/wheels) and pip's build folders
-        f"find / -xdev \\( -name sdists.lock -o -name wheels.lock -o -name built.lock -o -name hash_wheels.py {names} "
+        f"find / -xdev \\( -name sdists.lock -o -name wheels.lock -o -name build.lock -o -name built.lock -o -name hash_wheels.py {names} "
         "-o -name 'pip-*-build*' \\) -not -path '/proc/*' -print 2>/dev/null; "
         "for d in /root/.cache/pip /home/app/.cache/pip; do test ! -e $d || echo $d; done"
     )
@@ -190,3 +191,12 @@ def check_no_build_leftovers(engine, image_id: str, doc: dict) -> None:
     assert out.strip() == "", f"build leftovers in the runtime image:\n{out}"
     history = engine.api.history(image_id)
     assert not any("AS build" in (layer.get("CreatedBy") or "") for layer in history)
+    # what only the sdist's build needed (build.lock: the locked setuptools and wheel) stayed in the
+    # build stage; a venv's own bundled setuptools (ensurepip's, Python < 3.12) is not the lock's
+    from stackhouse import SETUPTOOLS
+
+    status, out = sh(engine, image_id, "python -m pip list --format=freeze --disable-pip-version-check")
+    assert status == 0, out
+    installed = dict(line.split("==", 1) for line in out.split() if "==" in line)
+    assert "wheel" not in installed, out
+    assert installed.get("setuptools") != SETUPTOOLS, out
