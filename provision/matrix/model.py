@@ -646,13 +646,15 @@ class LazyStacks:
     so start-up does not even parse it), and a plan that names some builds only those and the
     ones their builds require (``named``; ``names`` reads the ids and pip names without building).
 
-    ``load`` returns the document's package mappings (schema-checked); ``make(item, i)`` builds
-    package ``i``. Iterating builds every package, in the document's order."""
+    ``load`` returns the document's package items (the schema-checked mappings, or what ``make``
+    reads them from: the cache's one JSON line per package, parsed when built); ``make(item, i)``
+    builds package ``i``; ``index``, where given, returns what ``names`` gives without reading the
+    items (the cache file's first line). Iterating builds every package, in the document's order."""
 
-    __slots__ = ("_built", "_items", "_load", "_make", "_names")
+    __slots__ = ("_built", "_index", "_items", "_load", "_make", "_names")
 
-    def __init__(self, load, make) -> None:
-        self._load, self._make = load, make
+    def __init__(self, load, make, index=None) -> None:
+        self._load, self._make, self._index = load, make, index
         self._items: list | None = None
         self._built: dict[int, StackPackage] = {}
         self._names: tuple[tuple[str, str, tuple[str, ...]], ...] | None = None
@@ -674,9 +676,7 @@ class LazyStacks:
     def names(self) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
         """(id, pip, the pip names of its distributions, "{flavour}" kept) of each package, unbuilt."""
         if self._names is None:
-            self._names = tuple(
-                (str(p["id"]), str(p["pip"]), tuple(str(d["pip"]) for d in p["distributions"])) for p in self._raw()
-            )
+            self._names = self._index() if self._index is not None else stack_index(self._raw())
         return self._names
 
     def named(self, ident: str) -> StackPackage | None:
@@ -709,6 +709,12 @@ class LazyStacks:
 
     def __reduce__(self):
         return (tuple, (self._get(),))
+
+
+def stack_index(packages) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+    """(id, pip, the pip names of its distributions) of each of stacks.yaml's package mappings:
+    what LazyStacks.names gives, and what the validated-data cache keeps on its stacks file's first line."""
+    return tuple((str(p["id"]), str(p["pip"]), tuple(str(d["pip"]) for d in p["distributions"])) for p in packages)
 
 
 # -- platforms (compat/platforms.yaml): the server or GPU baseboard around the GPUs ---------------

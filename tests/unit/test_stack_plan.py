@@ -675,6 +675,16 @@ def test_a_cached_catalogue_builds_only_the_stack_packages_a_plan_touches(
     assert sorted(made) == sorted(p.id for p in whole.stacks)
 
 
+def _stack_lines(cache_dir):
+    """The stacks cache file of a cache directory: its path, its first line and its package lines."""
+    import json as _json
+
+    path = next(p for p in cache_dir.iterdir() if p.name.startswith("stacks-"))
+    first, *lines = path.read_bytes().split(b"\n")
+    assert lines[-1] == b""
+    return path, _json.loads(first), lines[:-1]
+
+
 def test_a_stack_package_the_cache_cannot_build_is_checked_anew(tmp_path, monkeypatch):
     import json as _json
 
@@ -685,11 +695,87 @@ def test_a_stack_package_the_cache_cannot_build_is_checked_anew(tmp_path, monkey
 
     monkeypatch.setenv("PROVISION_CACHE_DIR", str(tmp_path / "cache"))
     cache.load_cached(COMPAT)
-    stacks = next(p for p in (tmp_path / "cache").iterdir() if p.name.startswith("stacks-"))
-    doc = _json.loads(stacks.read_text())
-    del doc["packages"][3]["releases"]  # valid JSON, a package that no longer builds
-    stacks.write_text(_json.dumps(doc))
+    stacks, head, lines = _stack_lines(tmp_path / "cache")
+    package = _json.loads(lines[3])
+    del package["releases"]  # valid JSON, a package that no longer builds
+    stacks.write_bytes(
+        b"\n".join([_json.dumps(head).encode(), *lines[:3], _json.dumps(package).encode(), *lines[4:], b""])
+    )
     matrix = cache.load_cached(COMPAT)
-    assert matrix.stack(doc["packages"][3]["id"]) == load_checked(COMPAT)[0].stack(doc["packages"][3]["id"])
-    stacks.write_text("{broken")
-    assert len(cache.load_cached(COMPAT).stacks) == len(doc["packages"])
+    assert matrix.stack(package["id"]) == load_checked(COMPAT)[0].stack(package["id"])
+    # a line that holds another package than the index names there
+    stacks, head, lines = _stack_lines(tmp_path / "cache")
+    lines[0], lines[1] = lines[1], lines[0]
+    stacks.write_bytes(b"\n".join([_json.dumps(head).encode(), *lines, b""]))
+    first = head["index"][0][0]
+    assert cache.load_cached(COMPAT).stack(first) == load_checked(COMPAT)[0].stack(first)
+    for broken in ("{broken", stacks.read_text().rstrip("\n"), stacks.read_text() + "{}\n"):  # cut short, a line more
+        stacks.write_text(broken)
+        assert len(cache.load_cached(COMPAT).stacks) == len(head["index"])
+        assert cache.cached_raw(COMPAT)["stacks"] == load_checked(COMPAT)[1]["stacks"]
+
+
+def test_a_stack_plan_parses_only_the_lines_of_the_packages_it_builds(tmp_path, monkeypatch):
+    """The stacks cache file holds one package a line: a plan with two stack packages reads the
+    index and their two lines; the other packages' lines are never parsed (garbage there is not
+    noticed, and compat/ is not checked anew), and matrix check's cached_raw gives the document
+    back as stacks.yaml holds it."""
+    from support import COMPAT
+
+    from provision.matrix import cache
+    from provision.matrix.loader import load_checked
+
+    monkeypatch.setenv("PROVISION_CACHE_DIR", str(tmp_path / "cache"))
+    cache.load_cached(COMPAT)
+    raw = load_checked(COMPAT)[1]
+    assert cache.cached_raw(COMPAT)["stacks"] == raw["stacks"]
+    stacks, head, lines = _stack_lines(tmp_path / "cache")
+    assert [ident for ident, _, _ in head["index"]] == [p["id"] for p in raw["stacks"]["packages"]]
+    wanted = {"deepspeed", "onnxruntime"}
+    kept = [line if ident in wanted else b"not json" for (ident, _, _), line in zip(head["index"], lines, strict=True)]
+    stacks.write_bytes(b"\n".join([stacks.read_bytes().split(b"\n")[0], *kept, b""]))
+
+    def no_check(_compat):
+        raise AssertionError("compat/ checked anew")
+
+    monkeypatch.setattr(cache, "load_checked", no_check)
+    matrix = cache.load_cached(COMPAT)
+    plan = resolve(matrix, PlanRequest(os="ubuntu22.04", gpu="h100-sxm", framework="pytorch", with_=tuple(wanted)))
+    assert sorted(s.id for s in plan.stack) == sorted(wanted)
+    assert repr(matrix.stacks) == "LazyStacks(2 built)"
+
+
+def test_a_plan_leaves_its_objects_to_the_os_at_exit_without_collecting_them(tmp_path):
+    """provision plan freezes every object out of the cyclic collector at exit (run_plan registers
+    gc.freeze with atexit, once however many plans a process runs), so the interpreter's shutdown
+    does not collect the catalogue cycle by cycle; the output is whole and atexit functions still run."""
+    import os
+    import subprocess
+    import sys
+
+    from support import COMPAT
+
+    script = (
+        "import atexit, gc, os, sys\n"
+        "atexit.register(lambda: os.write(2, f'frozen at exit: {gc.get_freeze_count()}\\n'.encode()))\n"
+        "registered = []\n"
+        "real = atexit.register\n"
+        "atexit.register = lambda f, *a, **k: registered.append(f) or real(f, *a, **k)\n"
+        "from provision.cli import main\n"
+        "args = ['--compat-dir', sys.argv[1], 'plan', '--os', 'ubuntu22.04', '--gpu', 'h100-sxm', '--framework',\n"
+        "        'pytorch', '--with', 'deepspeed', '--format', 'json']\n"
+        "codes = [main(args), main(args)]\n"
+        "os.write(2, f'codes {codes} registered {[f.__qualname__ for f in registered]}\\n'.encode())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PROVISION_NO_CACHE"}
+    env["PROVISION_CACHE_DIR"] = str(tmp_path / "cache")
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(COMPAT)], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    codes, frozen = done.stderr.splitlines()
+    assert codes == "codes [0, 0] registered ['freeze']"
+    assert int(frozen.removeprefix("frozen at exit: ")) > 10_000  # the catalogue and the plan modules
+    plans = done.stdout.replace("}\n{", "}\n\n{").split("\n\n")
+    assert len(plans) == 2
+    assert json.loads(plans[0]) == json.loads(plans[1])
