@@ -131,22 +131,6 @@ def resolve_or_refuse(matrix, request, *, explain: bool = False):
         raise
 
 
-def default_variant(plan, variant, templates=None):
-    """The image variant a command takes without --variant: the one images/variants.yaml (and a
-    user's template directory's) gives the plan's framework: its framework of frameworks.yaml
-    (pytorch, tensorflow), else its stack package with role framework (an inference plan,
-    --framework onnxruntime|tensorrt: a variant's framework may be a stack id); base otherwise."""
-    if variant:
-        return variant
-    wants = plan.framework.name if plan.framework else next((p.id for p in plan.stack if p.role == "framework"), None)
-    if wants is None:
-        return "base"
-    from provision.images.render import variants
-
-    named = [name for name, spec in variants(templates).items() if spec.get("framework") == wants]
-    return wants if wants in named else (named[0] if named else "base")
-
-
 def host_pool_options(*, forks_help: str, timeout_help: str):
     """--forks and --host-timeout (provision/hostpool.py): how many hosts at once, and each one's deadline."""
     import click

@@ -404,13 +404,25 @@ def inventory_check_cmd(ctx, *, inventory, fleet_file, plan_file):
 
 
 def plan_line(plan) -> str:
-    """One plan in a line: GPU, OS, driver and, with an image part, its CUDA (a host-only plan has none)."""
+    """One plan in a line: GPU, OS, driver and, with an image part, its CUDA (a host-only plan has
+    none), then what the image installs: the framework as NAME==VERSION (pytorch==2.15.0; an
+    inference plan's is its stack framework, onnxruntime==1.31.1) and each other stack package
+    (--with, and what their builds require) after "with", in the plan's order."""
     image = f"CUDA {plan.cuda.version}" if plan.cuda is not None else "host only (no image part)"
     server = ""
     if plan.server is not None:
         count = plan.server.gpu_count
         server = f" in {plan.server.id}" + (f" (x{count})" if count else "")
-    return f"{plan.gpu.id}{server} on {plan.os.id}, driver {plan.driver.version}, {image}"
+    line = f"{plan.gpu.id}{server} on {plan.os.id}, driver {plan.driver.version}, {image}"
+    heads = [f"{plan.framework.name}=={plan.framework.version}"] if plan.framework is not None else []
+    heads += [f"{s.id}=={s.version}" for s in plan.stack if s.role == "framework"]
+    others = [f"{s.id}=={s.version}" for s in plan.stack if s.role != "framework"]
+    if heads:
+        line += f", {' '.join(heads)}"
+    if others:
+        listed = others[0] if len(others) == 1 else f"{', '.join(others[:-1])} and {others[-1]}"
+        line += f"{' with' if heads else ', with'} {listed}"
+    return line
 
 
 def _cell(value) -> str:

@@ -638,9 +638,9 @@ def _stack_flavour_why(flavour: str, choice: Choice) -> str:
         cuda = f"CUDA {major_minor(choice.cuda.version)}"
         if choice.build is not None:
             cuda += f", the {choice.build.variant} build's CUDA"
-        return (
-            f"devel flavour (nvcc and the CUDA headers, {cuda}): {' and '.join(needs)} need them at run time ({notes})"
-        )
+        # DeepSpeed needs them; DeepSpeed and Transformer Engine need them
+        verb = "needs" if len(needs) == 1 else "need"
+        return f"devel flavour (nvcc and the CUDA headers, {cuda}): {' and '.join(needs)} {verb} them at run time ({notes})"
     if choice.build is None:
         lead = choice.packages[0].package.name
         if flavour == "cudnn-runtime":

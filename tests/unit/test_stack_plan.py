@@ -128,6 +128,21 @@ def test_without_deepspeed_the_base_is_not_devel(real_matrix):
     )
 
 
+@pytest.mark.parametrize(
+    ("with_", "who"),
+    [
+        (["deepspeed"], "DeepSpeed needs them at run time ("),
+        (["transformer-engine"], "Transformer Engine needs them at run time ("),
+        (["deepspeed", "transformer-engine"], "DeepSpeed and Transformer Engine need them at run time ("),
+    ],
+)
+def test_the_devel_reason_s_verb_agrees_with_the_packages_that_need_nvcc(real_matrix, with_, who):
+    plan = _plan(real_matrix, gpu="h100-sxm", framework="pytorch", with_=with_)
+    why = next(r.text for r in plan.reasons if r.component == "image")
+    assert "devel flavour (nvcc and the CUDA headers" in why
+    assert f"): {who}" in why
+
+
 def test_transformer_engine_is_never_paired_with_a_cudnn_below_its_floor(real_matrix):
     te = real_matrix.stack("transformer-engine")
     floored = [r for r in te.releases if any(b.cudnn_min is not None for b in r.builds)]
@@ -598,7 +613,7 @@ def test_no_other_package_brings_one_in(real_matrix):
     assert [s.id for s in plan.stack] == ["megatron-core"]
 
 
-# -- the default image variant of a plan (provision/cli/common.py default_variant) ------------------
+# -- the default image variant of a plan (provision/images/render.py plan_variant: the one source) ----
 @pytest.mark.parametrize(
     ("framework", "with_", "want"),
     [
@@ -613,15 +628,13 @@ def test_no_other_package_brings_one_in(real_matrix):
 def test_default_variant_is_the_variant_of_the_plan_s_framework_inference_ones_included(
     real_matrix, framework, with_, want
 ):
-    from provision.cli.common import default_variant
-    from provision.images.render import variants
+    from provision.images.render import plan_variant, variants
 
     plan = _plan(real_matrix, gpu="h100-sxm", framework=framework, with_=with_)
-    assert default_variant(plan, None) == want
-    assert default_variant(plan, "devel") == "devel"  # --variant wins
+    assert plan_variant(plan) == want
     spec = variants()[want]
     head = plan.framework.name if plan.framework else next((s.id for s in plan.stack if s.role == "framework"), None)
-    assert spec["framework"] == head
+    assert spec.get("framework") == head
 
 
 # -- the unknown-framework hint names the inference frameworks too --------------------------------
@@ -743,6 +756,46 @@ def test_a_stack_plan_parses_only_the_lines_of_the_packages_it_builds(tmp_path, 
     plan = resolve(matrix, PlanRequest(os="ubuntu22.04", gpu="h100-sxm", framework="pytorch", with_=tuple(wanted)))
     assert sorted(s.id for s in plan.stack) == sorted(wanted)
     assert repr(matrix.stacks) == "LazyStacks(2 built)"
+
+
+# -- inventory check's plan lines name the framework and the stack (provision/cli/fleet.py plan_line) --
+def test_inventory_check_names_each_group_s_framework_and_stack_packages(cli, tmp_path, real_matrix, monkeypatch):
+    import yaml
+    from support import COMPAT
+
+    monkeypatch.setenv("PROVISION_COMPAT_DIR", str(COMPAT))
+    groups = {
+        "train": {"os": "ubuntu22.04", "gpu": "h100-sxm", "framework": "pytorch", "with": ["deepspeed", "onnxruntime"]},
+        "trt": {"os": "ubuntu22.04", "gpu": "h100-sxm", "framework": "pytorch", "with": ["torch-tensorrt"]},
+        "serve": {"os": "ubuntu22.04", "gpu": "l4", "framework": "onnxruntime"},
+        "bare": {"os": "ubuntu22.04", "gpu": "l4"},
+    }
+    hosts = {
+        name: {"hosts": {f"n{i}": {"ansible_host": "127.0.0.1", "ansible_port": 2201 + i}}}
+        for i, name in enumerate(groups)
+    }
+    (tmp_path / "inv.yml").write_text(yaml.safe_dump({"all": {"children": hosts}}))
+    (tmp_path / "fleet.yaml").write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
+    result = cli("inventory", "check", "-i", str(tmp_path / "inv.yml"), "--fleet", str(tmp_path / "fleet.yaml"))
+    assert result.code == 0, result
+    lines = " ".join(result.out.split())  # echo_wrapped may wrap a long line
+    for name, group in groups.items():
+        plan = _plan(real_matrix, gpu=group["gpu"], framework=group.get("framework"), with_=group.get("with", ()))
+        head = f"plan {name}: {group['gpu']} on ubuntu22.04, driver {plan.driver.version}, CUDA {plan.cuda.version}"
+        if name == "train":
+            fw, ds, ort = plan.framework, _one(plan, "deepspeed"), _one(plan, "onnxruntime")
+            want = f"{head}, pytorch=={fw.version} with deepspeed=={ds.version} and onnxruntime=={ort.version} "
+        elif name == "trt":
+            fw, tt, trt = plan.framework, _one(plan, "torch-tensorrt"), _one(plan, "tensorrt")
+            assert (tt.role, trt.role) == ("with", "requires")
+            want = f"{head}, pytorch=={fw.version} with torch-tensorrt=={tt.version} and tensorrt=={trt.version} "
+        elif name == "serve":
+            want = f"{head}, onnxruntime=={_one(plan, 'onnxruntime').version} "
+        else:
+            assert plan.framework is None
+            assert not plan.stack
+            want = f"{head} "
+        assert want in lines + " ", (want, result.out)
 
 
 def test_a_plan_leaves_its_objects_to_the_os_at_exit_without_collecting_them(tmp_path):
