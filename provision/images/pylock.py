@@ -454,6 +454,11 @@ def check_against_plan(
         for dist, kind in pkg.distributions:
             if _canonical(dist) not in pins:
                 refuse(f"it does not pin {dist}, a {kind} of the plan's {pkg.id} {pkg.version}")
+            # each distribution of the build is the plan's release (or a post release of it: TensorRT
+            # 10.14.1.48's bindings exist only as .post1); pip installs them --no-deps, so a lock that
+            # pinned another would go into the image unchecked
+            if not _same_release(pins[_canonical(dist)], pkg.version):
+                refuse(f"it installs {dist}=={pins[_canonical(dist)]}, a {kind} of the plan's {pkg.id} {pkg.version}")
     if fw is not None:
         _check_framework(pins, fw, refuse)
 

@@ -89,6 +89,11 @@ def test_a_lock_without_the_required_package_is_refused(trt_plan, tmp_path):
     bindings = next(canonical(n) for n, _ in trt.distributions if n.endswith("-bindings"))
     with pytest.raises(InputError, match=rf"it does not pin {bindings}, a wheel of the plan's tensorrt"):
         check_against_plan({k: v for k, v in pins.items() if k != bindings}, None, "lock", trt_plan.stack)
+    # pip installs the lock --no-deps: a distribution at another release than the plan's is refused,
+    # a post release of the planned one is taken (TensorRT 10.14.1.48's bindings exist only as .post1)
+    with pytest.raises(InputError, match=rf"it installs {bindings}==10\.0\.1, a wheel of the plan's tensorrt"):
+        check_against_plan({**pins, bindings: "10.0.1"}, None, "lock", trt_plan.stack)
+    check_against_plan({**pins, bindings: f"{trt.version}.post1"}, None, "lock", trt_plan.stack)
     bad = tmp_path / "bad.lock"
     bad.write_text(text.replace(NVIDIA, "https://evil.example/simple/"))
     with pytest.raises(InputError, match="names a second index that is not the plan's"):
