@@ -717,6 +717,15 @@ def package_part(  # noqa: PLR0917
     floor, floor_source = sm_floor(package, release, build)
     requirement = _requirement(package, release, build, fw)
     needs_nvcc = package.runtime is not None and package.runtime.nvcc is not None
+    # what pip installs for the requirement: the build's distributions, and the distribution the
+    # requirement itself names where the build does not list it (TensorRT's default build is
+    # installed through its `tensorrt` selector, an sdist on the package index)
+    distributions = build.distributions
+    named = requirement.split("[")[0].split("==")[0]
+    if named not in {name for name, _ in distributions}:
+        own = next((d for d in package.distributions if d.name(build.flavour) == named), None)
+        if own is not None:
+            distributions = ((named, own.artefact), *distributions)
     part = PlanStackPackage(
         id=package.id,
         pip=package.pip,
@@ -725,7 +734,7 @@ def package_part(  # noqa: PLR0917
         flavour=build.flavour,
         role=draft.role,
         requirement=requirement,
-        distributions=build.distributions,
+        distributions=distributions,
         cuda_major=build.cuda_major,
         cuda=build.cuda,
         cudnn_major=build.cudnn_major,

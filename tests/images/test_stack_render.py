@@ -215,7 +215,7 @@ def test_every_pytorch_image_gets_compilers_and_python_headers(real_matrix):
 def tensorrt_lock(plan, folder: Path, *, index_line: str | None) -> str:
     """A committed lock that agrees with a TensorRT plan (hashes stand in for files)."""
     head = plan.stack[0]
-    names = [head.pip, *(n for n, _ in head.distributions), "setuptools", "wheel"]
+    names = list(dict.fromkeys([head.pip, *(n for n, _ in head.distributions), "setuptools", "wheel"]))
     lines = ["# Resolved by uv for Python 3.11 on x86_64-manylinux_2_35.\n"]
     lines += [f"{index_line}\n"] if index_line else []
     lines += [f"{n}=={head.install if n not in ('setuptools', 'wheel') else '75.0.0'} {HASH}\n" for n in names]

@@ -101,13 +101,11 @@ def test_a_lock_without_the_required_package_is_refused(trt_plan, tmp_path):
 
 
 def with_selector(plan):
-    """The requires row's requirement is TensorRT's selector `tensorrt==V`, an sdist on pypi.org that
-    the row's distributions do not list (the same gap as --framework tensorrt's default build, see
-    test_stack_tensorrt.tensorrt_plan): added here as the plan is asked to carry it."""
-    tt, trt = rows(plan)
-    if "tensorrt" not in {canonical(n) for n, _ in trt.distributions}:
-        trt = trt._replace(distributions=(("tensorrt", "sdist"), *trt.distributions))
-    return plan._replace(stack=(tt, trt))
+    """The requires row's requirement is TensorRT's selector `tensorrt==V`, an sdist on pypi.org,
+    and the row lists it among its distributions (as --framework tensorrt's default build does)."""
+    _, trt = rows(plan)
+    assert ("tensorrt", "sdist") in trt.distributions, "the plan lists the distribution its requirement names"
+    return plan
 
 
 def test_uv_resolves_the_requires_row_from_the_index_pair(trt_plan, wheel_index, tmp_path, nvidia_at):  # noqa: F811

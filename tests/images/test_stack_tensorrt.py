@@ -36,20 +36,16 @@ NVIDIA = "https://pypi.nvidia.com/"
 
 
 def tensorrt_plan(matrix, cuda: str | None):
-    """The live plan of --framework tensorrt (on CUDA `cuda`).
-
-    The default build's requirement is the selector `tensorrt==V`, an sdist on pypi.org that the
-    plan's distributions do not list today (they are the build's: tensorrt-cuNN, -libs, -bindings):
-    it is added here as the plan is asked to carry it (the report of helper I2, a change in
-    provision/plan/assemble.py); a plan that lists it already is left as it is."""
+    """The live plan of --framework tensorrt (on CUDA `cuda`): the default build's requirement is
+    the selector `tensorrt==V`, an sdist on pypi.org, and the plan lists it among what the build
+    installs (tensorrt-cuNN, -libs, -bindings), so the lock pins and the build stage builds it."""
     plan = resolve(matrix, PlanRequest(os="ubuntu22.04", gpu="h100-sxm", framework="tensorrt", cuda=cuda))
     head = plan.stack[0]
     assert head.library_index == NVIDIA, "the catalogue names NVIDIA's index"
     names = [canonical(n) for n, _ in head.distributions]
     selector = canonical(head.requirement.split("==")[0].split("[")[0])
-    if selector not in names:
-        head = head._replace(distributions=((head.pip, "sdist"), *head.distributions))
-    return plan._replace(stack=(head, *plan.stack[1:]))
+    assert selector in names, "the plan lists the distribution its requirement names"
+    return plan
 
 
 @pytest.fixture
