@@ -653,7 +653,7 @@ def resolve_lock(
                 hint="plan another release of the framework (provision plan ... --framework NAME==VERSION)"
                 + ("; none of its post-releases resolves either" if post else ""),
             ) from None
-        main = fw.package if fw is not None else stack[0].pip
+        main = fw.package if fw is not None else requirement_name(stack[0])
         chosen = parse_lock(body, "the resolved lock").get(_canonical(main))
         note = (
             f"{target.requirement} cannot be installed ({first.reason}); locked its post-release "
