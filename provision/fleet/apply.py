@@ -324,7 +324,7 @@ def load_plans(
 def _check_stack_names(matrix: Any, group: str, entries: tuple[str, ...]) -> None:
     """A group's `with:` names catalogued stack packages (compat/stacks.yaml: an id, or the pip name
     the catalogue gives it), each once; load_fleet has checked the entries' form."""
-    known = {name: p.id for p in matrix.stacks for name in (p.id, p.pip)}
+    known = {name: ident for ident, pip, _ in matrix.stack_names() for name in (ident, pip)}  # builds no package
     seen: dict[str, str] = {}
     for entry in entries:
         name = entry.partition("==")[0]

@@ -290,3 +290,23 @@ def test_every_command_that_reads_the_fleet_refuses_a_bad_with_alike(cli, tmp_pa
         assert "ok:" not in r.out
         assert "rm -rf" not in r.out
     assert not run_dir.exists(), "apply ran nothing"
+
+
+def test_the_fleet_check_of_with_names_builds_no_stack_package(tmp_path, monkeypatch):
+    """Checking a group's `with:` names reads the catalogue's index of names only: the packages a
+    plan does not use are never built (7796b22's start-up), and a name not in it is still refused."""
+    from support import COMPAT
+
+    from provision.fleet.apply import _check_stack_names
+    from provision.matrix import cache
+    from provision.matrix.model import LazyStacks
+
+    monkeypatch.setenv("PROVISION_CACHE_DIR", str(tmp_path / "cache"))
+    cache.load_cached(COMPAT)  # stored
+    matrix = cache.load_cached(COMPAT)
+    assert isinstance(matrix.stacks, LazyStacks)
+    _check_stack_names(matrix, "train", ("deepspeed", "onnxruntime-gpu==1.20.1"))
+    assert matrix.stacks._built == {}, "no package built to check names"
+    with pytest.raises(InputError, match="which is not a stack package of the catalogue"):
+        _check_stack_names(matrix, "train", ("jax",))
+    assert matrix.stacks._built == {}
