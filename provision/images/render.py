@@ -22,13 +22,12 @@ from provision.images.pylock import (
     stack_library_index,
     uv_platform,
 )
-from provision.matrix.model import base_flavour
+from provision.matrix.model import DEVEL_FLAVOURS, base_flavour
 from provision.plan.model import Plan, PlanStackPackage, check_image_ref, nvidia_require_cuda
 from provision.resources import images_dir
 
 USER, UID = "app", 10001
 SMOKE_DIR = "/opt/provision"  # the smoke test's place in an image: smoke.py and smoke.json
-DEVEL_FLAVOURS = ("devel", "cudnn-devel")
 
 
 class RenderedImage(NamedTuple):

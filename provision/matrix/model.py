@@ -27,6 +27,9 @@ PLATFORMS = {"x86_64": "linux/amd64", "aarch64": "linux/arm64"}
 # The one rule: the resolver's base image, and `render`/`pin-base` for a framework variant.
 FRAMEWORK_FLAVOURS = {"wheels": "base", "system": "cudnn-runtime"}
 NO_FRAMEWORK_FLAVOUR = "runtime"
+# the nvidia/cuda flavours with nvcc and the CUDA headers: what a stack package that compiles at run
+# time (DeepSpeed's JIT ops) needs its image to start from (the resolver, lockcheck and render ask it)
+DEVEL_FLAVOURS = ("devel", "cudnn-devel")
 
 
 def base_flavour(libraries: str | None) -> str:

@@ -126,7 +126,7 @@ def _check_stack(plan: Plan, origin: str) -> None:
                 raise _refuse(origin, f"stack.{i}.cudnn_major", f"{s.cudnn_major} is not the plan's cuDNN {have}")
             if s.cudnn_min is not None and have < DottedVersion(s.cudnn_min):
                 raise _refuse(origin, f"stack.{i}.cudnn_min", f"{s.cudnn_min} is above the plan's cuDNN {have}")
-        if s.needs_nvcc and plan.images.get("devel") != plan.base_image:
+        if s.needs_nvcc and plan.base_image not in {plan.images.get(f) for f in m.DEVEL_FLAVOURS} - {None}:
             raise _refuse(
                 origin, f"stack.{i}.needs_nvcc", f"{s.id} compiles with nvcc, and the base image is not devel"
             )

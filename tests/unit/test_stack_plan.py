@@ -324,6 +324,20 @@ def test_the_consistency_check_refuses_a_forged_cuda_major_and_a_missing_devel_b
         Plan.from_dict(doc)
 
 
+def test_a_cudnn_devel_base_has_nvcc_for_the_lock_check_as_for_render(real_matrix):
+    """nvcc comes with either devel flavour (matrix.model.DEVEL_FLAVOURS): the lock check and
+    render's check_nvcc agree on a plan whose base is the cudnn-devel image."""
+    from provision.images.render import check_nvcc
+
+    ds = _plan(real_matrix, gpu="h100-sxm", framework="pytorch==2.5.1", with_=["deepspeed"])
+    assert "cudnn-devel" in ds.images
+    cudnn_devel = ds._replace(base_image=ds.images["cudnn-devel"])
+    doc = cudnn_devel.to_dict()
+    doc["digest"] = cudnn_devel.digest()
+    assert Plan.from_dict(doc).base_image == ds.images["cudnn-devel"]
+    check_nvcc(cudnn_devel)
+
+
 def test_the_lock_check_runs_the_rules_on_a_catalogued_row_that_does_not_fit(real_matrix):
     """A lock whose TensorRT row is a real catalogued build, consistently written, that the GPU
     cannot run (10.6 on a V100: SM 7.5 and newer) is refused by the rules the resolver uses."""
