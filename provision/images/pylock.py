@@ -178,20 +178,26 @@ def requirement_name(pkg: PlanStackPackage) -> str:
     return _canonical(m[1]) if m else _canonical(pkg.pip)
 
 
+def _plain_requirement(text: str):
+    """The requirement `text` as packaging reads it, or None when it does not parse or carries a URL
+    or an environment marker (what no requirement of a plan or the catalogue may carry)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        req = Requirement(text)
+    except InvalidRequirement:
+        return None
+    return None if req.url or req.marker else req
+
+
 def check_stack_requirement(pkg: PlanStackPackage) -> str:
     """A stack package's requirement, as one `name[extra]==install`: no options, URLs or markers;
     the name is the package's or one of its distributions' (a build line's meta package)."""
-    from packaging.requirements import InvalidRequirement, Requirement
     from packaging.utils import canonicalize_name
 
-    try:
-        req = Requirement(pkg.requirement)
-    except InvalidRequirement:
-        req = None
+    req = _plain_requirement(pkg.requirement)
     if (
         req is None
-        or req.url
-        or req.marker
         or canonicalize_name(req.name)
         not in {canonicalize_name(n) for n in (pkg.pip, *(d for d, _ in pkg.distributions))}
         or [(s.operator, s.version) for s in req.specifier] != [("==", pkg.install)]
@@ -271,17 +277,8 @@ def _requirement_key(text: str) -> str:
 
 def _check_build_requirement(text: str) -> str:
     """A build requirement of the catalogue's (`setuptools>=64`, `torch`): a name and specifiers only."""
-    from packaging.requirements import InvalidRequirement, Requirement
-
-    try:
-        req = Requirement(text)
-    except InvalidRequirement:
-        req = None
-    if (
-        req is None
-        or req.url
-        or req.marker
-        or not re.fullmatch(rf"{_NAME}(\[{_NAME}(,{_NAME})*\])?[<>=!~.,0-9*a-z]*", text)
+    if _plain_requirement(text) is None or not re.fullmatch(
+        rf"{_NAME}(\[{_NAME}(,{_NAME})*\])?[<>=!~.,0-9*a-z]*", text
     ):
         raise InputError(
             f"the plan's build requirement {text!r} is not NAME[SPECIFIERS]",
